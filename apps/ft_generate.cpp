@@ -1,0 +1,85 @@
+// ft_generate: continue a prompt with a LLaMA model from a Hugging Face folder.
+//   ft_generate --model tests/data/stories260K --prompt "Once upon a time" --temperature 0
+// Prints the prompt followed by the generated text on stdout (streamed as tokens arrive);
+// speed goes to stderr.
+#include <cxxopts.hpp>
+
+#include <cstdio>
+#include <iostream>
+
+#include <torch/torch.h>
+
+#include "app_main.h"
+#include "data/tokenizer.h"
+#include "io/dtype.h"
+#include "model/generation.h"
+#include "model/model_loader.h"
+#include "util/log.h"
+#include "util/timer.h"
+
+namespace {
+
+int run(int argc, char** argv) {
+  cxxopts::Options options("ft_generate", "Generate text from a LLaMA-family model (HF folder).");
+  options.add_options()
+      ("model", "Hugging Face model folder (config.json, *.safetensors, tokenizer.model)", cxxopts::value<std::string>())
+      ("prompt", "text to continue", cxxopts::value<std::string>())
+      ("max-new-tokens", "tokens to generate at most", cxxopts::value<std::int64_t>()->default_value("128"))
+      ("temperature", "sampling temperature; 0 = greedy", cxxopts::value<double>()->default_value("1.0"))
+      ("top-k", "keep the k most likely tokens; 0 = off", cxxopts::value<std::int64_t>()->default_value("0"))
+      ("top-p", "nucleus sampling mass; 1 = off", cxxopts::value<double>()->default_value("1.0"))
+      ("seed", "random seed for sampling", cxxopts::value<std::uint64_t>()->default_value("0"))
+      ("dtype", "compute dtype fp32|bf16|fp16 (default: the model's)", cxxopts::value<std::string>())
+      ("threads", "CPU threads (default: LibTorch's choice)", cxxopts::value<int>())
+      ("h,help", "show this help");
+  auto args = options.parse(argc, argv);
+  if (args.count("help")) {
+    std::cout << options.help() << std::endl;
+    return 0;
+  }
+  if (!args.count("model")) throw ft::app::UsageError{"--model is required"};
+  if (!args.count("prompt")) throw ft::app::UsageError{"--prompt is required"};
+  if (args.count("threads")) torch::set_num_threads(args["threads"].as<int>());
+
+  const std::string model_dir = args["model"].as<std::string>();
+  ft::model::LoadOptions load;
+  if (args.count("dtype")) load.dtype = ft::io::parse_float_dtype(args["dtype"].as<std::string>(), "--dtype");
+  auto model = ft::model::load_llama(model_dir, load);
+  ft::data::Tokenizer tokenizer(model_dir);
+  FT_CHECK(tokenizer.vocab_size() <= model->config().vocab_size, tokenizer.path(), ": the tokenizer has ",
+           tokenizer.vocab_size(), " pieces but the model's vocab_size is ", model->config().vocab_size);
+
+  ft::model::GenerationOptions gen;
+  gen.max_new_tokens = args["max-new-tokens"].as<std::int64_t>();
+  gen.sampling.temperature = args["temperature"].as<double>();
+  gen.sampling.top_k = args["top-k"].as<std::int64_t>();
+  gen.sampling.top_p = args["top-p"].as<double>();
+  gen.seed = args["seed"].as<std::uint64_t>();
+
+  const std::string prompt = args["prompt"].as<std::string>();
+  std::vector<std::int64_t> ids = tokenizer.encode(prompt, /*add_bos=*/true);
+  // Stream: print whatever the decoded text gained with each token. Decoding the whole sequence
+  // each time keeps sentencepiece's spacing and multi-byte characters right.
+  std::string printed = tokenizer.decode(ids);
+  std::cout << printed << std::flush;
+  ft::Stopwatch watch;
+  auto generated = ft::model::generate(model, ids, gen, [&](std::int64_t id) {
+    ids.push_back(id);
+    std::string text = tokenizer.decode(ids);
+    // A character split over byte-fallback tokens decodes as U+FFFD until it is complete: wait.
+    const bool incomplete = text.size() >= 3 && text.compare(text.size() - 3, 3, "\xEF\xBF\xBD") == 0;
+    if (!incomplete && text.size() > printed.size() && text.compare(0, printed.size(), printed) == 0) {
+      std::cout << text.substr(printed.size()) << std::flush;
+      printed = text;
+    }
+  });
+  std::cout << std::endl;
+  const double seconds = watch.seconds();
+  ft::log::info(generated.size(), " tokens in ", seconds, " s (", generated.size() / std::max(seconds, 1e-9),
+                " tokens/s)");
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) { return ft::app::run_main("ft_generate", argc, argv, run); }

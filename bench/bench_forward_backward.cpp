@@ -1,0 +1,109 @@
+// bench_forward_backward: training throughput of a LLaMA model (random init) on this machine.
+// Measures the fp32 matrix-product rate first (the ceiling), then forward + backward of the
+// causal-LM loss, and reports tokens/s, achieved GFLOP/s (6N + 12·L·H·Q·T per token, N the
+// parameters that take part in matrix products) and that as a fraction of the ceiling.
+//   bench_forward_backward                      # ~110M parameters, batch 4 x 256 tokens
+//   bench_forward_backward --layers 4 --hidden 256 --seq 128 --threads 1
+#include <cxxopts.hpp>
+
+#include <cstdio>
+#include <iostream>
+
+#include <torch/torch.h>
+
+#include "app_main.h"
+#include "model/causal_lm_loss.h"
+#include "model/llama_model.h"
+#include "util/timer.h"
+
+namespace {
+
+double measure_matmul_gflops(std::int64_t n, torch::ScalarType dtype) {
+  auto a = torch::randn({n, n}).to(dtype), b = torch::randn({n, n}).to(dtype);
+  torch::mm(a, b);  // warm up
+  int reps = 0;
+  ft::Stopwatch watch;
+  while (watch.seconds() < 1.0 || reps < 3) {
+    torch::mm(a, b);
+    ++reps;
+  }
+  return 2.0 * n * n * n * reps / watch.seconds() / 1e9;
+}
+
+int run(int argc, char** argv) {
+  cxxopts::Options options("bench_forward_backward", "LLaMA forward+backward throughput (random init).");
+  options.add_options()
+      ("batch", "sequences per step", cxxopts::value<std::int64_t>()->default_value("4"))
+      ("seq", "tokens per sequence", cxxopts::value<std::int64_t>()->default_value("256"))
+      ("steps", "timed steps", cxxopts::value<int>()->default_value("5"))
+      ("layers", "decoder layers", cxxopts::value<std::int64_t>()->default_value("12"))
+      ("hidden", "hidden size", cxxopts::value<std::int64_t>()->default_value("768"))
+      ("heads", "attention heads", cxxopts::value<std::int64_t>()->default_value("12"))
+      ("kv-heads", "key/value heads", cxxopts::value<std::int64_t>()->default_value("4"))
+      ("intermediate", "SwiGLU hidden size", cxxopts::value<std::int64_t>()->default_value("2048"))
+      ("vocab", "vocabulary size", cxxopts::value<std::int64_t>()->default_value("32000"))
+      ("dtype", "fp32|bf16", cxxopts::value<std::string>()->default_value("fp32"))
+      ("threads", "CPU threads (default: all cores)", cxxopts::value<int>())
+      ("h,help", "show this help");
+  auto args = options.parse(argc, argv);
+  if (args.count("help")) {
+    std::cout << options.help() << std::endl;
+    return 0;
+  }
+  if (args.count("threads")) torch::set_num_threads(args["threads"].as<int>());
+  const auto dtype = args["dtype"].as<std::string>() == "bf16" ? torch::kBFloat16 : torch::kFloat;
+
+  ft::io::LlamaConfig c;
+  c.num_hidden_layers = args["layers"].as<std::int64_t>();
+  c.hidden_size = args["hidden"].as<std::int64_t>();
+  c.num_attention_heads = args["heads"].as<std::int64_t>();
+  c.num_key_value_heads = args["kv-heads"].as<std::int64_t>();
+  c.head_dim = c.hidden_size / c.num_attention_heads;
+  c.intermediate_size = args["intermediate"].as<std::int64_t>();
+  c.vocab_size = args["vocab"].as<std::int64_t>();
+  c.tie_word_embeddings = true;
+  const std::int64_t batch = args["batch"].as<std::int64_t>(), seq = args["seq"].as<std::int64_t>();
+  c.max_position_embeddings = seq;
+  const int steps = args["steps"].as<int>();
+
+  const double peak = measure_matmul_gflops(2048, dtype);
+  ft::model::LlamaForCausalLM model(c, torch::TensorOptions().dtype(dtype));
+  ft::model::init_weights(model, 1234);
+  // Every parameter takes part in a matrix product here (tied embedding = the lm_head), except
+  // the norms, whose FLOPs are negligible.
+  const double n_params = static_cast<double>(c.num_parameters());
+  const double flops_per_token =
+      6.0 * n_params + 12.0 * c.num_hidden_layers * c.num_attention_heads * c.head_dim * seq;
+
+  auto gen = at::detail::createCPUGenerator(7);
+  auto ids = torch::randint(0, c.vocab_size, {batch, seq}, gen, torch::kLong);
+  auto step = [&] {
+    auto loss = ft::model::causal_lm_loss(model(ids), ids);
+    (loss.sum / static_cast<double>(loss.tokens)).backward();
+  };
+  step();  // warm up: first-touch allocations
+  model->zero_grad();
+  ft::Stopwatch watch;
+  for (int i = 0; i < steps; ++i) {
+    step();
+    model->zero_grad();
+  }
+  const double seconds = watch.seconds();
+  const double tokens_per_s = batch * seq * steps / seconds;
+  const double gflops = tokens_per_s * flops_per_token / 1e9;
+  std::printf("model: %.1fM parameters, %lld layers, hidden %lld, heads %lld/%lld, vocab %lld, %s\n",
+              n_params / 1e6, (long long)c.num_hidden_layers, (long long)c.hidden_size,
+              (long long)c.num_attention_heads, (long long)c.num_key_value_heads, (long long)c.vocab_size,
+              args["dtype"].as<std::string>().c_str());
+  std::printf("threads: %d, batch %lld x %lld tokens, %d steps\n", torch::get_num_threads(), (long long)batch,
+              (long long)seq, steps);
+  std::printf("matmul peak (2048^3 mm):  %8.1f GFLOP/s\n", peak);
+  std::printf("forward+backward:         %8.1f tokens/s, %.3f s/step\n", tokens_per_s, seconds / steps);
+  std::printf("achieved:                 %8.1f GFLOP/s (%.2f GFLOP/token) = %.0f%% of the matmul peak\n",
+              gflops, flops_per_token / 1e9, 100.0 * gflops / peak);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) { return ft::app::run_main("bench_forward_backward", argc, argv, run); }

@@ -1,0 +1,57 @@
+// A sentencepiece BPE tokenizer (tokenizer.model) with Hugging Face LlamaTokenizer's conventions:
+// encode adds BOS (and EOS only when asked), decode drops BOS/EOS/control pieces. Text is never
+// scanned for "<s>"-style special-token strings: special tokens enter sequences as ids.
+// ft reads tokenizer.model itself instead of linking Debian's libsentencepiece, which embeds and
+// exports protobuf 3.14 and crashes at start-up in any process that also loads LibTorch
+// (protobuf 3.21); tests check every encoding against the real sentencepiece.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace ft::data {
+
+class Tokenizer {
+ public:
+  // `path` is a tokenizer.model file or a model folder that holds one.
+  explicit Tokenizer(const std::string& path);
+  ~Tokenizer();
+  Tokenizer(const Tokenizer&) = delete;
+  Tokenizer& operator=(const Tokenizer&) = delete;
+
+  std::vector<std::int64_t> encode(const std::string& text, bool add_bos = true,
+                                   bool add_eos = false) const;
+  std::string decode(const std::vector<std::int64_t>& ids) const;
+  std::string id_to_piece(std::int64_t id) const;
+
+  std::int64_t vocab_size() const;
+  std::int64_t bos_id() const;
+  std::int64_t eos_id() const;
+  std::int64_t unk_id() const;
+  std::int64_t pad_id() const;  // -1 when the model has none (LLaMA)
+
+  const std::string& path() const { return path_; }
+  // FNV-1a 64 of the tokenizer.model bytes, as 16 hex digits: identifies the tokenizer in
+  // token files so that data tokenized by another tokenizer is refused.
+  const std::string& fingerprint() const { return fingerprint_; }
+
+ private:
+  std::string path_;
+  std::string fingerprint_;
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Throws ft::Error when any id is < 0 or >= vocab_size, naming `context` (a file, a record),
+// the position and the offending id: on a GPU such an id becomes an asynchronous device assert
+// far from its cause, so it is caught on the CPU first.
+void check_token_ids(const std::int64_t* ids, std::size_t count, std::int64_t vocab_size,
+                     const std::string& context);
+inline void check_token_ids(const std::vector<std::int64_t>& ids, std::int64_t vocab_size,
+                            const std::string& context) {
+  check_token_ids(ids.data(), ids.size(), vocab_size, context);
+}
+
+}  // namespace ft::data

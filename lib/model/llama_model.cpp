@@ -1,0 +1,66 @@
+#include "model/llama_model.h"
+
+#include <torch/torch.h>
+
+#include "model/kv_cache.h"
+#include "util/error.h"
+
+namespace ft::model {
+
+LlamaModelImpl::LlamaModelImpl(const io::LlamaConfig& c, const torch::TensorOptions& options)
+    : rotary_(c) {
+  embed_tokens = register_module("embed_tokens", Embedding(c.vocab_size, c.hidden_size, options));
+  layer_list = register_module("layers", torch::nn::ModuleList());
+  for (std::int64_t i = 0; i < c.num_hidden_layers; ++i) {
+    layers.push_back(DecoderLayer(c, i, options));
+    layer_list->push_back(layers.back());
+  }
+  norm = register_module("norm", RMSNorm(c.hidden_size, c.rms_norm_eps, options));
+}
+
+torch::Tensor LlamaModelImpl::forward(const torch::Tensor& ids, const ForwardOptions& options) {
+  FT_CHECK(ids.dim() == 2, "input ids must be [batch, seq], got ", ids.sizes());
+  const std::int64_t b = ids.size(0), t = ids.size(1);
+  const std::int64_t past = options.cache != nullptr ? options.cache->length() : 0;
+  auto h = embed_tokens(ids);
+  torch::Tensor positions = options.position_ids;
+  if (!positions.defined())
+    positions = torch::arange(past, past + t, ids.options().dtype(torch::kLong)).unsqueeze(0).expand({b, t});
+  auto [cos, sin] = rotary_.cos_sin(positions, h.scalar_type());
+  auto bias = make_attention_bias(t, past, options.segment_ids, ids.device());
+  for (auto& layer : layers) h = layer(h, cos, sin, bias, options.cache);
+  if (options.cache != nullptr) options.cache->commit(t);
+  return norm(h);
+}
+
+LlamaForCausalLMImpl::LlamaForCausalLMImpl(const io::LlamaConfig& c, const torch::TensorOptions& options)
+    : config_(c) {
+  model = register_module("model", LlamaModel(c, options));
+  if (!c.tie_word_embeddings) lm_head = register_module("lm_head", Linear(c.hidden_size, c.vocab_size, options));
+}
+
+torch::Tensor LlamaForCausalLMImpl::output_weight() {
+  return lm_head ? lm_head->weight : model->embed_tokens->weight;
+}
+
+torch::Tensor LlamaForCausalLMImpl::logits(const torch::Tensor& hidden) {
+  return torch::nn::functional::linear(hidden, output_weight());
+}
+
+torch::Tensor LlamaForCausalLMImpl::forward(const torch::Tensor& ids, const ForwardOptions& options) {
+  return logits(model(ids, options));
+}
+
+void init_weights(LlamaForCausalLM& model, std::uint64_t seed, double std) {
+  torch::NoGradGuard no_grad;
+  auto gen = at::detail::createCPUGenerator(seed);
+  for (auto& w : model->parameters()) {
+    if (w.dim() == 1) {
+      w.fill_(1.0);  // the only 1-D parameters of LLaMA are RMSNorm weights
+    } else {
+      w.copy_(at::normal(0.0, std, w.sizes(), gen, torch::TensorOptions().dtype(torch::kFloat)));
+    }
+  }
+}
+
+}  // namespace ft::model

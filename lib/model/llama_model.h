@@ -1,0 +1,73 @@
+// The LLaMA causal language model with Hugging Face's module tree, so that named_parameters()
+// yields checkpoint keys as they are: model.embed_tokens.weight, model.layers.N.self_attn.q_proj.weight,
+// ..., model.norm.weight, lm_head.weight (absent when tie_word_embeddings: the head then
+// multiplies by the embedding table).
+#pragma once
+
+#include <torch/nn/module.h>
+#include <torch/nn/modules/container/modulelist.h>
+#include <torch/nn/pimpl.h>
+
+#include <vector>
+
+#include "io/hf_config.h"
+#include "model/decoder_layer.h"
+#include "model/linear.h"
+#include "model/rms_norm.h"
+#include "model/rotary_embedding.h"
+
+namespace ft::model {
+
+class KvCache;
+
+struct ForwardOptions {
+  // [B,T] int64; default: past + 0..T-1 for every row.
+  torch::Tensor position_ids;
+  // [B,T] int64; tokens attend only within their segment (packing); negative = padding.
+  torch::Tensor segment_ids;
+  // Incremental decoding: read and extend this cache (no segment ids then).
+  KvCache* cache = nullptr;
+};
+
+class LlamaModelImpl : public torch::nn::Module {
+ public:
+  LlamaModelImpl(const io::LlamaConfig& config, const torch::TensorOptions& options);
+  // ids [B,T] -> final hidden states [B,T,H] (after the last norm).
+  torch::Tensor forward(const torch::Tensor& ids, const ForwardOptions& options = {});
+
+  Embedding embed_tokens{nullptr};
+  torch::nn::ModuleList layer_list{nullptr};  // registered as "layers"
+  std::vector<DecoderLayer> layers;
+  RMSNorm norm{nullptr};
+
+ private:
+  RotaryEmbedding rotary_;
+};
+TORCH_MODULE(LlamaModel);
+
+class LlamaForCausalLMImpl : public torch::nn::Module {
+ public:
+  LlamaForCausalLMImpl(const io::LlamaConfig& config, const torch::TensorOptions& options);
+
+  // ids [B,T] -> logits [B,T,V] in the parameters' dtype.
+  torch::Tensor forward(const torch::Tensor& ids, const ForwardOptions& options = {});
+  // hidden [..., H] -> logits [..., V]; lets the loss run over chunks of positions.
+  torch::Tensor logits(const torch::Tensor& hidden);
+  // The output projection: lm_head.weight, or the embedding table when tied.
+  torch::Tensor output_weight();
+
+  const io::LlamaConfig& config() const { return config_; }
+
+  LlamaModel model{nullptr};
+  Linear lm_head{nullptr};  // null when tie_word_embeddings
+
+ private:
+  io::LlamaConfig config_;
+};
+TORCH_MODULE(LlamaForCausalLM);
+
+// Fills the weights as HF's LlamaPreTrainedModel._init_weights does (normal(0, std) for linear
+// and embedding weights, ones for norms), from a fixed seed, for benchmarks and tests.
+void init_weights(LlamaForCausalLM& model, std::uint64_t seed, double std = 0.02);
+
+}  // namespace ft::model

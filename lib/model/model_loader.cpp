@@ -1,0 +1,69 @@
+#include "model/model_loader.h"
+
+#include <torch/torch.h>
+
+#include <set>
+
+#include "util/error.h"
+#include "util/log.h"
+
+namespace ft::model {
+namespace {
+
+std::string shape_string(at::IntArrayRef shape) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+// Tensors that HF checkpoints may carry but that are not parameters.
+bool is_ignorable(const std::string& name, bool tied) {
+  if (name.find("rotary_emb.inv_freq") != std::string::npos) return true;
+  return tied && name == "lm_head.weight";  // written by some converters, equal to the embedding
+}
+
+}  // namespace
+
+void load_weights(LlamaForCausalLM& model, const io::WeightSource& weights) {
+  torch::NoGradGuard no_grad;
+  std::set<std::string> used;
+  for (auto& p : model->named_parameters()) {
+    const std::string& name = p.key();
+    FT_CHECK(weights.contains(name), weights.path(), ": missing tensor '", name,
+             "' (config.json describes ", model->config().num_hidden_layers,
+             " layers; hint: is this the model the config belongs to?)");
+    const io::TensorInfo& info = weights.info(name);
+    FT_CHECK(at::IntArrayRef(info.shape) == p.value().sizes(), weights.file_of(name),
+             ": tensor '", name, "' has shape ", shape_string(info.shape), " but config.json implies ",
+             shape_string(p.value().sizes()));
+    FT_CHECK(info.dtype->scalar && at::isFloatingType(*info.dtype->scalar), weights.file_of(name),
+             ": tensor '", name, "' has dtype ", info.dtype->name, "; expected F32, F16 or BF16");
+    p.value().copy_(weights.load(name));
+    used.insert(name);
+  }
+  std::vector<std::string> unused;
+  for (const auto& name : weights.names())
+    if (!used.count(name) && !is_ignorable(name, model->config().tie_word_embeddings)) unused.push_back(name);
+  if (!unused.empty())
+    log::warn(weights.path(), ": ", unused.size(), " tensors are not used by the model, e.g. '", unused[0], "'");
+}
+
+LlamaForCausalLM load_llama(const std::string& model_dir, const LoadOptions& options) {
+  io::LlamaConfig config = io::load_llama_config(model_dir);
+  io::WeightSource weights(model_dir);
+  c10::ScalarType dtype = torch::kFloat;
+  if (options.dtype) {
+    dtype = *options.dtype;
+  } else if (config.torch_dtype) {
+    dtype = *config.torch_dtype;
+  } else if (weights.contains("model.embed_tokens.weight")) {
+    auto stored = weights.info("model.embed_tokens.weight").dtype->scalar;
+    if (stored && at::isFloatingType(*stored)) dtype = *stored;
+  }
+  LlamaForCausalLM model(config, torch::TensorOptions().dtype(dtype).device(options.device));
+  load_weights(model, weights);
+  model->eval();
+  return model;
+}
+
+}  // namespace ft::model

@@ -1,0 +1,19 @@
+#include "model/rms_norm.h"
+
+#include <torch/torch.h>
+
+namespace ft::model {
+
+RMSNormImpl::RMSNormImpl(std::int64_t hidden_size, double eps_, const torch::TensorOptions& options)
+    : eps(eps_) {
+  weight = register_parameter("weight", torch::ones({hidden_size}, options));
+}
+
+torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
+  auto h = x.to(torch::kFloat);
+  auto variance = h.pow(2).mean(-1, /*keepdim=*/true);
+  h = h * torch::rsqrt(variance + eps);
+  return weight * h.to(x.scalar_type());
+}
+
+}  // namespace ft::model

@@ -1,0 +1,1 @@
+// Empty translation unit: lets ft_pch compile the shared precompiled header.
