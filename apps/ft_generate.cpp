@@ -43,7 +43,17 @@ int run(int argc, char** argv) {
 
   const std::string model_dir = args["model"].as<std::string>();
   ft::model::LoadOptions load;
-  if (args.count("dtype")) load.dtype = ft::io::parse_float_dtype(args["dtype"].as<std::string>(), "--dtype");
+  if (args.count("dtype")) {
+    load.dtype = ft::io::parse_float_dtype(args["dtype"].as<std::string>(), "--dtype");
+    ft::model::check_compute_dtype(*load.dtype, load.device, "--dtype");
+  } else {
+    auto stored = ft::io::load_llama_config(model_dir).torch_dtype;
+    if (stored && !ft::model::compute_dtype_supported(*stored, load.device)) {
+      ft::log::info("the model is stored in ", c10::toString(*stored), ", which this LibTorch cannot compute in on ",
+                    load.device.str(), ": running in fp32 (choose with --dtype)");
+      load.dtype = torch::kFloat;
+    }
+  }
   auto model = ft::model::load_llama(model_dir, load);
   ft::data::Tokenizer tokenizer(model_dir);
   FT_CHECK(tokenizer.vocab_size() <= model->config().vocab_size, tokenizer.path(), ": the tokenizer has ",

@@ -2,6 +2,8 @@
 
 #include <torch/torch.h>
 
+#include <map>
+#include <mutex>
 #include <set>
 
 #include "util/error.h"
@@ -23,6 +25,30 @@ bool is_ignorable(const std::string& name, bool tied) {
 }
 
 }  // namespace
+
+bool compute_dtype_supported(c10::ScalarType dtype, c10::Device device) {
+  static std::mutex mutex;
+  static std::map<std::pair<int, std::string>, bool> known;
+  std::lock_guard<std::mutex> lock(mutex);
+  auto key = std::make_pair(static_cast<int>(dtype), device.str());
+  auto it = known.find(key);
+  if (it != known.end()) return it->second;
+  bool ok = true;
+  try {
+    auto a = torch::ones({2, 2}, torch::TensorOptions().dtype(dtype).device(device));
+    torch::mm(a, a);
+  } catch (const c10::Error&) {
+    ok = false;
+  }
+  known[key] = ok;
+  return ok;
+}
+
+void check_compute_dtype(c10::ScalarType dtype, c10::Device device, const std::string& what) {
+  FT_CHECK(compute_dtype_supported(dtype, device), what, ": this LibTorch cannot compute in ",
+           c10::toString(dtype), " on ", device.str(), " (no matrix product for it); use ",
+           device.is_cpu() ? "bf16 or fp32 on CPU" : "another dtype");
+}
 
 void load_weights(LlamaForCausalLM& model, const io::WeightSource& weights) {
   torch::NoGradGuard no_grad;

@@ -22,6 +22,12 @@ struct LoadOptions {
 
 LlamaForCausalLM load_llama(const std::string& model_dir, const LoadOptions& options = {});
 
+// True when matrix products in `dtype` run on `device` with this LibTorch (1.13 has no fp16
+// matmul on CPU). Probed once per (dtype, device) with a tiny product.
+bool compute_dtype_supported(c10::ScalarType dtype, c10::Device device);
+// Throws ft::Error naming `what` (a flag or config key) when compute_dtype_supported is false.
+void check_compute_dtype(c10::ScalarType dtype, c10::Device device, const std::string& what);
+
 // Copies every parameter of `model` from `weights` (converted to the parameter's dtype).
 void load_weights(LlamaForCausalLM& model, const io::WeightSource& weights);
 

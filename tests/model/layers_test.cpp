@@ -1,1 +1,139 @@
+// Each LLaMA layer against tests/data/layer_reference.json, made by an independent
+// pure-PyTorch copy of HF transformers' modeling_llama.py (tests/reference/make_layer_reference.py).
+// Same LibTorch kernels in fp32: agreement is expected to about 1e-6; 1e-5 leaves room for a
+// different but equivalent order of operations.
 #include <gtest/gtest.h>
+
+#include "model/attention.h"
+#include "model/decoder_layer.h"
+#include "model/mlp.h"
+#include "model/rms_norm.h"
+#include "model/rotary_embedding.h"
+#include "test_support.h"
+
+namespace ft::model {
+namespace {
+
+constexpr double kTolerance = 1e-5;
+
+class LayerReference : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { ref_ = new Json(parse_json_file(test::data_path("layer_reference.json"))); }
+  static void TearDownTestSuite() { delete ref_; }
+
+  static torch::Tensor tensor(const std::string& key) { return test::tensor_from_json((*ref_)[key]); }
+  static torch::Tensor weight(const std::string& key) { return test::tensor_from_json((*ref_)["weights"][key]); }
+  static io::LlamaConfig config() {
+    const Json& c = (*ref_)["config"];
+    io::LlamaConfig out;
+    out.vocab_size = 32;
+    out.num_hidden_layers = 1;
+    out.hidden_size = c["hidden_size"];
+    out.intermediate_size = c["intermediate_size"];
+    out.num_attention_heads = c["num_attention_heads"];
+    out.num_key_value_heads = c["num_key_value_heads"];
+    out.head_dim = c["head_dim"];
+    out.rms_norm_eps = c["rms_norm_eps"];
+    out.rope_theta = c["rope_theta"];
+    return out;
+  }
+  static torch::Tensor position_ids() {
+    auto rows = (*ref_)["position_ids"].get<std::vector<std::vector<std::int64_t>>>();
+    std::vector<std::int64_t> flat;
+    for (auto& r : rows) flat.insert(flat.end(), r.begin(), r.end());
+    return torch::tensor(flat).reshape({static_cast<std::int64_t>(rows.size()), -1});
+  }
+  static void load_attention(Attention& attn) {
+    torch::NoGradGuard g;
+    for (const char* p : {"q_proj", "k_proj", "v_proj", "o_proj"})
+      attn->named_parameters()[std::string(p) + ".weight"].copy_(weight(p));
+  }
+  static void load_mlp(Mlp& mlp) {
+    torch::NoGradGuard g;
+    for (const char* p : {"gate_proj", "up_proj", "down_proj"})
+      mlp->named_parameters()[std::string(p) + ".weight"].copy_(weight(p));
+  }
+
+  static Json* ref_;
+};
+Json* LayerReference::ref_ = nullptr;
+
+const auto kFloat = torch::TensorOptions().dtype(torch::kFloat);
+
+TEST_F(LayerReference, RMSNorm) {
+  RMSNorm norm(16, 1e-5, kFloat);
+  torch::NoGradGuard g;
+  norm->weight.copy_(weight("input_layernorm"));
+  EXPECT_LT(test::max_abs_diff(norm(tensor("x")), tensor("rms_norm_out")), kTolerance);
+}
+
+TEST_F(LayerReference, RotaryEmbedding) {
+  RotaryEmbedding rope(config());
+  EXPECT_LT(test::max_abs_diff(rope.inv_freq(), tensor("inv_freq")), 1e-9);
+  auto [cos, sin] = rope.cos_sin(position_ids(), torch::kFloat);
+  EXPECT_LT(test::max_abs_diff(cos, tensor("cos")), 1e-6);
+  EXPECT_LT(test::max_abs_diff(sin, tensor("sin")), 1e-6);
+  auto [q, k] = apply_rotary(tensor("q_in"), tensor("k_in"), tensor("cos"), tensor("sin"));
+  EXPECT_LT(test::max_abs_diff(q, tensor("q_rot")), 1e-6);
+  EXPECT_LT(test::max_abs_diff(k, tensor("k_rot")), 1e-6);
+}
+
+TEST_F(LayerReference, Llama3RopeScaling) {
+  const Json& r = (*ref_)["llama3_inv_freq"];
+  io::LlamaConfig c = config();
+  c.head_dim = r["head_dim"];
+  c.rope_theta = r["rope_theta"];
+  c.rope_scaling.type = "llama3";
+  c.rope_scaling.factor = r["factor"];
+  c.rope_scaling.low_freq_factor = r["low_freq_factor"];
+  c.rope_scaling.high_freq_factor = r["high_freq_factor"];
+  c.rope_scaling.original_max_position_embeddings = r["original_max_position_embeddings"];
+  RotaryEmbedding rope(c);
+  auto expected = torch::tensor(r["values"].get<std::vector<float>>());
+  EXPECT_LT((rope.inv_freq() - expected).abs().div(expected.abs()).max().item<double>(), 1e-6);
+}
+
+TEST_F(LayerReference, GroupedQueryAttention) {
+  Attention attn(config(), 0, kFloat);
+  load_attention(attn);
+  torch::NoGradGuard g;
+  auto x = tensor("rms_norm_out");
+  auto bias = make_attention_bias(x.size(1), 0, torch::Tensor(), torch::kCPU);
+  auto out = attn(x, tensor("cos"), tensor("sin"), bias, nullptr);
+  EXPECT_LT(test::max_abs_diff(out, tensor("attention_out")), kTolerance);
+}
+
+TEST_F(LayerReference, SwiGLU) {
+  Mlp mlp(config(), kFloat);
+  load_mlp(mlp);
+  torch::NoGradGuard g;
+  EXPECT_LT(test::max_abs_diff(mlp(tensor("mlp_in")), tensor("mlp_out")), kTolerance);
+}
+
+TEST_F(LayerReference, DecoderLayer) {
+  DecoderLayer layer(config(), 0, kFloat);
+  load_attention(layer->self_attn);
+  load_mlp(layer->mlp);
+  torch::NoGradGuard g;
+  layer->input_layernorm->weight.copy_(weight("input_layernorm"));
+  layer->post_attention_layernorm->weight.copy_(weight("post_attention_layernorm"));
+  auto x = tensor("x");
+  auto bias = make_attention_bias(x.size(1), 0, torch::Tensor(), torch::kCPU);
+  auto out = layer(x, tensor("cos"), tensor("sin"), bias, nullptr);
+  EXPECT_LT(test::max_abs_diff(out, tensor("layer_out")), kTolerance);
+}
+
+TEST(AttentionBias, CausalSegmentsAndPadding) {
+  // Two packed samples [0,0,1] and padding: token 2 sees only itself, the pad sees nothing.
+  auto seg = torch::tensor({0, 0, 1, -1}).unsqueeze(0);
+  auto bias = make_attention_bias(4, 0, seg, torch::kCPU).squeeze();
+  auto allowed = bias.eq(0);
+  auto expected = torch::tensor({1, 0, 0, 0, 1, 1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0}).to(torch::kBool).reshape({4, 4});
+  EXPECT_TRUE(torch::equal(allowed, expected)) << allowed;
+  // With a cache of 3 positions, 2 new queries see everything up to themselves.
+  auto cached = make_attention_bias(2, 3, torch::Tensor(), torch::kCPU).squeeze().eq(0);
+  EXPECT_TRUE(torch::equal(cached, torch::tensor({1, 1, 1, 1, 0, 1, 1, 1, 1, 1}).to(torch::kBool).reshape({2, 5})));
+}
+
+}  // namespace
+}  // namespace ft::model

@@ -1,0 +1,49 @@
+#include "test_support.h"
+
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+
+namespace ft::test {
+
+std::string data_path(const std::string& relative) { return std::string(FT_TEST_DATA_DIR) + "/" + relative; }
+std::string bin_path(const std::string& program) { return std::string(FT_BIN_DIR) + "/" + program; }
+
+TempDir::TempDir() {
+  std::string pattern = (std::filesystem::temp_directory_path() / "ft_test_XXXXXX").string();
+  char* made = ::mkdtemp(pattern.data());
+  if (made == nullptr) throw std::runtime_error("mkdtemp failed");
+  path_ = made;
+}
+
+TempDir::~TempDir() {
+  std::error_code ec;
+  std::filesystem::remove_all(path_, ec);
+}
+
+torch::Tensor tensor_from_json(const Json& j) {
+  std::vector<float> values = j.at("values").get<std::vector<float>>();
+  std::vector<std::int64_t> shape = j.at("shape").get<std::vector<std::int64_t>>();
+  return torch::tensor(values, torch::kFloat).reshape(shape);
+}
+
+CommandResult run_command(const std::string& command, bool capture_stderr) {
+  CommandResult result;
+  std::string full = command + (capture_stderr ? " 2>&1" : "");
+  FILE* pipe = ::popen(full.c_str(), "r");
+  if (pipe == nullptr) return result;
+  char buffer[4096];
+  std::size_t n;
+  while ((n = std::fread(buffer, 1, sizeof(buffer), pipe)) > 0) result.output.append(buffer, n);
+  int status = ::pclose(pipe);
+  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return result;
+}
+
+double max_abs_diff(const torch::Tensor& a, const torch::Tensor& b) {
+  return (a.to(torch::kDouble) - b.to(torch::kDouble)).abs().max().item<double>();
+}
+
+}  // namespace ft::test

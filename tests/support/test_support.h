@@ -1,0 +1,61 @@
+// Helpers shared by the test suites: paths into tests/data, temporary folders, JSON reference
+// tensors, and an assertion that a statement throws ft::Error with a given message fragment.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include <torch/torch.h>
+
+#include "util/error.h"
+#include "util/json.h"
+
+namespace ft::test {
+
+// tests/data/<relative>
+std::string data_path(const std::string& relative);
+// build/bin/<program>
+std::string bin_path(const std::string& program);
+
+// A fresh directory under $TMPDIR, removed with everything in it when the object dies.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  const std::string& path() const { return path_; }
+  std::string file(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+// {"shape": [...], "values": [...]} -> fp32 tensor.
+torch::Tensor tensor_from_json(const Json& j);
+
+// Runs a shell command, returns its exit code and captures stdout (and stderr when asked).
+struct CommandResult {
+  int exit_code = -1;
+  std::string output;
+};
+CommandResult run_command(const std::string& command, bool capture_stderr = false);
+
+// Max |a - b| (as double).
+double max_abs_diff(const torch::Tensor& a, const torch::Tensor& b);
+
+}  // namespace ft::test
+
+// EXPECT_FT_ERROR(statement, "fragment"): the statement throws ft::Error whose message contains
+// the fragment.
+#define EXPECT_FT_ERROR(statement, fragment)                                                   \
+  do {                                                                                         \
+    bool ft_thrown_ = false;                                                                   \
+    try {                                                                                      \
+      statement;                                                                               \
+    } catch (const ::ft::Error& e) {                                                           \
+      ft_thrown_ = true;                                                                       \
+      EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos)                       \
+          << "message: " << e.what() << "\nexpected to contain: " << (fragment);               \
+    }                                                                                          \
+    EXPECT_TRUE(ft_thrown_) << #statement << " did not throw ft::Error";                        \
+  } while (0)
