@@ -56,6 +56,9 @@ Json parse_json(std::string_view text, const std::string& source, int max_depth)
     auto colon = what.find(": ");
     std::string detail = colon == std::string::npos ? what : what.substr(colon + 2);
     throw Error(str(source, ": invalid JSON at line ", line, ", column ", column, ": ", detail));
+  } catch (const Json::exception& e) {
+    // e.g. out_of_range.406 for a number too large for a double (found by fuzzing).
+    throw Error(str(source, ": invalid JSON: ", e.what()));
   }
 }
 

@@ -16,6 +16,11 @@ TEST(Json, ErrorNamesSourceLineAndColumn) {
   EXPECT_FT_ERROR(parse_json("{\n  \"a\": 1,\n  \"b\": ]\n}", "cfg.json"), "cfg.json: invalid JSON at line 3, column 8");
 }
 
+TEST(Json, NumberOverflowIsAnError) {
+  // Regression: found by fuzz_safetensors_header; nlohmann throws out_of_range, not parse_error.
+  EXPECT_FT_ERROR(parse_json(R"({"a": 18E0736})", "num.json"), "num.json: invalid JSON: ");
+}
+
 TEST(Json, RefusesDeepNesting) {
   std::string deep(100000, '[');
   EXPECT_FT_ERROR(parse_json(deep, "deep.json", 64), "deep.json: JSON nested more than 64 levels deep");
