@@ -32,7 +32,7 @@ class Tokenizer {
   std::int64_t unk_id() const;
   std::int64_t pad_id() const;  // -1 when the model has none (LLaMA)
 
-  const std::string& path() const { return path_; }
+  const std::string& path() const { return path_; }  // the tokenizer.model file read
   // FNV-1a 64 of the tokenizer.model bytes, as 16 hex digits: identifies the tokenizer in
   // token files so that data tokenized by another tokenizer is refused.
   const std::string& fingerprint() const { return fingerprint_; }
