@@ -8,6 +8,7 @@
 
 #include <cstdio>
 #include <iostream>
+#include <thread>
 
 #include <torch/torch.h>
 
@@ -50,7 +51,8 @@ int run(int argc, char** argv) {
     std::cout << options.help() << std::endl;
     return 0;
   }
-  if (args.count("threads")) torch::set_num_threads(args["threads"].as<int>());
+  torch::set_num_threads(args.count("threads") ? args["threads"].as<int>()
+                                                : static_cast<int>(std::thread::hardware_concurrency()));
   const auto dtype = args["dtype"].as<std::string>() == "bf16" ? torch::kBFloat16 : torch::kFloat;
 
   ft::io::LlamaConfig c;

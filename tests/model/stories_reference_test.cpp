@@ -3,6 +3,7 @@
 // llama2.c to 1.24e-5). Tolerance 1e-4 as the asset README suggests.
 #include <gtest/gtest.h>
 
+#include "data/tokenizer.h"
 #include "model/causal_lm_loss.h"
 #include "model/generation.h"
 #include "model/model_loader.h"
@@ -53,6 +54,9 @@ TEST_F(Stories, GreedyContinuationOfThePrompt) {
   auto out = generate(*model_, prompt, options);
   prompt.insert(prompt.end(), out.begin(), out.end());
   EXPECT_EQ(prompt, ids("greedy_ids"));
+  data::Tokenizer tokenizer(test::data_path("stories260K"));
+  EXPECT_EQ(tokenizer.encode((*golden_)["prompt"].get<std::string>()), ids("prompt_ids"));
+  EXPECT_EQ(tokenizer.decode(prompt), (*golden_)["greedy_text"].get<std::string>());
 }
 
 TEST_F(Stories, Greedy200TokensFromBos) {
@@ -63,13 +67,17 @@ TEST_F(Stories, Greedy200TokensFromBos) {
   auto out = generate(*model_, seq, options);
   seq.insert(seq.end(), out.begin(), out.end());
   EXPECT_EQ(seq, ids("greedy_from_bos_ids"));
+  EXPECT_EQ(data::Tokenizer(test::data_path("stories260K")).decode(seq),
+            (*golden_)["greedy_from_bos_text"].get<std::string>());
 }
 
 TEST_F(Stories, MeanCrossEntropyOnTheRecordedSentences) {
   torch::NoGradGuard g;
   double total = 0;
   std::int64_t tokens = 0;
+  data::Tokenizer tokenizer(test::data_path("stories260K"));
   for (const Json& item : (*golden_)["per_text"]) {
+    EXPECT_EQ(tokenizer.encode(item["text"].get<std::string>()), item["ids"].get<std::vector<std::int64_t>>());
     auto sentence = torch::tensor(item["ids"].get<std::vector<std::int64_t>>()).unsqueeze(0);
     LossSum loss = causal_lm_loss((*model_)(sentence), sentence);
     EXPECT_EQ(loss.tokens, item["n_targets"].get<std::int64_t>());

@@ -1,0 +1,115 @@
+// The run config of DESIGN.md as plain structs: one JSON file = one run. Every key is declared
+// once in run_config.cpp's schema (type, default, range, description); load_run_config validates
+// the file plus --set overrides, reports every problem at once, and fills these structs from the
+// resolved JSON, which is also what gets written to RUN_DIR/config.json.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "config/schema.h"
+#include "util/json.h"
+
+namespace ft::config {
+
+struct ModelConfig {
+  std::string path;              // HF model folder
+  std::string dtype = "fp32";    // fp32|bf16|fp16: the frozen base weights' dtype
+  std::string quantize = "none"; // none|int8|nf4 (LoRA only)
+};
+
+struct DataConfig {
+  std::string train;                 // dataset file (JSON array or JSONL)
+  std::string eval;                  // optional; "" = no evaluation set
+  std::string format = "alpaca";     // alpaca|prompt_completion|text|chat
+  std::int64_t max_seq_len = 512;
+  bool packing = false;              // concatenate samples up to max_seq_len
+  Json template_spec = "auto";       // built-in template name or a template object
+  bool train_on_prompt = false;      // false: prompt tokens get label -100
+  std::string too_long = "truncate"; // truncate|drop samples longer than max_seq_len
+  std::string on_bad_record = "error";  // error|skip
+  std::int64_t max_bad_records = 100;   // with skip: more than this is still an error
+  std::string cache_dir;             // token files; "" = RUN_DIR/tokens
+  std::int64_t prefetch = 2;         // batches prepared ahead by the background thread
+  std::int64_t num_workers = 0;      // tokenization threads; 0 = every core
+  bool shuffle = true;
+};
+
+struct LoraConfig {
+  std::int64_t r = 8;
+  double alpha = 16;
+  double dropout = 0.05;
+  std::vector<std::string> target_modules{"q_proj", "v_proj"};  // or {"all-linear"}
+  bool use_rslora = false;
+  std::string init_from;  // adapter folder to continue training from; "" = fresh
+};
+
+struct ParallelConfig {
+  std::string strategy = "ddp";       // ddp|zero1|zero2|fsdp
+  std::string backend = "auto";       // auto|gloo|nccl
+  double bucket_mb = 25;
+  std::string grad_comm_dtype = "fp32";  // fp32|bf16|fp16
+  bool offload_optimizer = false;
+  double timeout_s = 300;
+};
+
+struct TrainConfig {
+  std::int64_t global_batch_size = 0;  // sequences per optimizer step, over all ranks
+  std::int64_t micro_batch_size = 1;   // sequences per forward/backward on one rank
+  std::int64_t epochs = 1;
+  std::int64_t max_steps = 0;          // > 0: stop after this many optimizer steps
+  double lr = 0;
+  std::string lr_schedule = "cosine";  // constant|linear|cosine
+  std::int64_t warmup_steps = 0;
+  double min_lr_ratio = 0.0;           // linear/cosine decay to lr * min_lr_ratio
+  double weight_decay = 0.0;
+  double adam_beta1 = 0.9, adam_beta2 = 0.999, adam_eps = 1e-8;
+  double grad_clip = 1.0;              // max global gradient norm; 0 = off
+  std::uint64_t seed = 42;
+  std::string precision = "fp32";      // fp32|bf16|fp16 compute
+  bool activation_checkpointing = false;
+  std::string on_nonfinite = "stop";   // stop|skip a step whose loss or gradient is NaN/Inf
+  std::int64_t threads = 0;            // CPU threads per rank; 0 = cores / local ranks
+};
+
+struct CheckpointConfig {
+  std::int64_t every_steps = 0;  // 0 = only at the end
+  std::int64_t keep_last = 2;
+  std::string resume = "auto";   // auto|none
+};
+
+struct LogConfig {
+  std::int64_t every_steps = 1;
+  std::int64_t eval_every_steps = 0;  // 0 = evaluate at the end only
+};
+
+struct RunConfig {
+  std::string run_dir;
+  ModelConfig model;
+  DataConfig data;
+  std::optional<LoraConfig> lora;  // absent = full fine-tune
+  ParallelConfig parallel;
+  TrainConfig train;
+  CheckpointConfig checkpoint;
+  LogConfig log;
+  Json resolved;  // every key as the run uses it
+  std::string source;  // the config file
+};
+
+const Schema& run_config_schema();
+
+// Reads `path`, applies `overrides` ("key.path=value", in order), validates and resolves.
+RunConfig load_run_config(const std::string& path, const std::vector<std::string>& overrides = {});
+// The same from an already parsed JSON document; `source` names it in errors.
+RunConfig parse_run_config(Json config, const std::string& source, const std::vector<std::string>& overrides = {});
+
+// Optimizer-step arithmetic: global = micro x world x accumulation. Throws ft::Error saying
+// which global batch sizes (or micro-batch sizes) would work when it does not divide.
+std::int64_t gradient_accumulation_steps(std::int64_t global_batch, std::int64_t micro_batch, std::int64_t world_size);
+
+// FNV-1a of the resolved config's canonical text: ranks compare it to be sure they run the same.
+std::string config_hash(const Json& resolved);
+
+}  // namespace ft::config
