@@ -1,0 +1,52 @@
+// The collective operations the training loop and the parallel strategies use, independent of
+// the backend: Gloo for CPU tensors, NCCL for CUDA tensors, or a single process. Every
+// operation returns a handle to wait on, so communication can overlap computation; backends
+// enforce parallel.timeout_s and name the operation and the missing rank when a peer dies.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <memory>
+#include <string>
+
+namespace ft::dist {
+
+enum class ReduceOp { kSum, kAvg, kMax };
+
+// An operation in flight. wait() blocks until it completed on this rank (throws ft::Error on
+// failure or timeout); afterwards the output tensors hold the result.
+class Work {
+ public:
+  virtual ~Work() = default;
+  virtual void wait() = 0;
+};
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+
+  virtual int rank() const = 0;
+  virtual int world_size() const = 0;
+  virtual std::string backend() const = 0;
+
+  // In place on `tensor`.
+  virtual std::shared_ptr<Work> all_reduce(at::Tensor& tensor, ReduceOp op) = 0;
+  // input holds world_size equal chunks (numel = world_size * output.numel()); output receives
+  // the reduction of chunk `rank` over all ranks.
+  virtual std::shared_ptr<Work> reduce_scatter(at::Tensor& output, const at::Tensor& input, ReduceOp op) = 0;
+  // output (numel = world_size * input.numel()) receives every rank's input, in rank order.
+  virtual std::shared_ptr<Work> all_gather(at::Tensor& output, const at::Tensor& input) = 0;
+  virtual std::shared_ptr<Work> broadcast(at::Tensor& tensor, int root) = 0;
+  virtual void barrier() = 0;
+
+  bool is_root() const { return rank() == 0; }
+};
+
+// A world of one: collectives are identities (reduce_scatter and all_gather copy).
+std::unique_ptr<Communicator> make_single_process_communicator();
+
+// Blocking conveniences.
+void all_reduce(Communicator& comm, at::Tensor& tensor, ReduceOp op);
+double all_reduce_scalar(Communicator& comm, double value, ReduceOp op);
+
+}  // namespace ft::dist
