@@ -1,5 +1,6 @@
 // ft_generate: continue a prompt with a LLaMA model from a Hugging Face folder.
 //   ft_generate --model tests/data/stories260K --prompt "Once upon a time" --temperature 0
+//   ft_generate --model BASE --adapter RUN_DIR/adapter --prompt "..."   (base + PEFT LoRA adapter)
 // Prints the prompt followed by the generated text on stdout (streamed as tokens arrive);
 // speed goes to stderr.
 #include <cxxopts.hpp>
@@ -13,6 +14,7 @@
 #include "data/tokenizer.h"
 #include "io/dtype.h"
 #include "model/generation.h"
+#include "model/lora.h"
 #include "model/model_loader.h"
 #include "util/log.h"
 #include "util/timer.h"
@@ -24,6 +26,7 @@ int run(int argc, char** argv) {
   options.add_options()
       ("model", "Hugging Face model folder (config.json, *.safetensors, tokenizer.model)", cxxopts::value<std::string>())
       ("prompt", "text to continue", cxxopts::value<std::string>())
+      ("adapter", "PEFT LoRA adapter folder to apply to the model", cxxopts::value<std::string>())
       ("max-new-tokens", "tokens to generate at most", cxxopts::value<std::int64_t>()->default_value("128"))
       ("temperature", "sampling temperature; 0 = greedy", cxxopts::value<double>()->default_value("1.0"))
       ("top-k", "keep the k most likely tokens; 0 = off", cxxopts::value<std::int64_t>()->default_value("0"))
@@ -55,6 +58,12 @@ int run(int argc, char** argv) {
     }
   }
   auto model = ft::model::load_llama(model_dir, load);
+  if (args.count("adapter")) {
+    auto lora = ft::model::load_adapter(model, args["adapter"].as<std::string>());
+    model->eval();
+    ft::log::info("applied LoRA adapter ", args["adapter"].as<std::string>(), " (r=", lora.r, ", scale=", lora.scale(),
+                  ", targets ", lora.targets.describe(), ")");
+  }
   ft::data::Tokenizer tokenizer(model_dir);
   FT_CHECK(tokenizer.vocab_size() <= model->config().vocab_size, tokenizer.path(), ": the tokenizer has ",
            tokenizer.vocab_size(), " pieces but the model's vocab_size is ", model->config().vocab_size);

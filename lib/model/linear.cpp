@@ -2,6 +2,8 @@
 
 #include <torch/torch.h>
 
+#include "util/error.h"
+
 namespace ft::model {
 
 LinearImpl::LinearImpl(std::int64_t in_features, std::int64_t out_features,
@@ -10,7 +12,43 @@ LinearImpl::LinearImpl(std::int64_t in_features, std::int64_t out_features,
   weight = register_parameter("weight", torch::empty({out_features, in_features}, options));
 }
 
-torch::Tensor LinearImpl::forward(const torch::Tensor& x) { return torch::nn::functional::linear(x, weight); }
+torch::Tensor LinearImpl::forward(const torch::Tensor& x) {
+  auto y = torch::nn::functional::linear(x, weight);
+  if (!lora_A) return y;  // full fine-tuning and plain inference: one branch-free check
+  // PEFT casts the input to the adapter's dtype (fp32), adds the branch to the base output
+  // (promoting to fp32) and casts the sum back once.
+  auto h = x.to(lora_A->weight.scalar_type());
+  if (lora_dropout_ > 0 && is_training()) h = torch::dropout(h, lora_dropout_, /*train=*/true);
+  auto delta = torch::nn::functional::linear(torch::nn::functional::linear(h, lora_A->weight), lora_B->weight);
+  return (y + delta * lora_scale_).to(x.scalar_type());
+}
+
+void LinearImpl::enable_lora(std::int64_t r, double scale, double dropout) {
+  FT_CHECK(!has_lora(), "LoRA is already enabled on this layer (rank ", lora_rank(), ")");
+  FT_CHECK(r > 0, "LoRA rank must be positive, got ", r);
+  FT_CHECK(dropout >= 0 && dropout < 1, "LoRA dropout must be in [0, 1), got ", dropout);
+  auto options = weight.options().dtype(torch::kFloat).requires_grad(false);
+  lora_A = register_module("lora_A", std::make_shared<LinearImpl>(in_features_, r, options));
+  lora_B = register_module("lora_B", std::make_shared<LinearImpl>(r, out_features_, options));
+  // Zeros, not garbage: uninitialized memory may hold NaN, and 0 * NaN would poison the output.
+  torch::NoGradGuard no_grad;
+  lora_A->weight.zero_();
+  lora_B->weight.zero_();
+  lora_A->train(is_training());
+  lora_B->train(is_training());
+  lora_scale_ = scale;
+  lora_dropout_ = dropout;
+}
+
+void LinearImpl::disable_lora() {
+  if (!has_lora()) return;
+  unregister_module("lora_A");
+  unregister_module("lora_B");
+  lora_A.reset();
+  lora_B.reset();
+  lora_scale_ = 0;
+  lora_dropout_ = 0;
+}
 
 EmbeddingImpl::EmbeddingImpl(std::int64_t vocab_size, std::int64_t dim, const torch::TensorOptions& options) {
   weight = register_parameter("weight", torch::empty({vocab_size, dim}, options));

@@ -1,4 +1,5 @@
-// A bias-free linear layer y = x W^T with HF's parameter name ("weight", shape [out, in]).
+// A bias-free linear layer y = x W^T with HF's parameter name ("weight", shape [out, in]), and
+// an optional LoRA branch with PEFT's names (children "lora_A" [r, in] and "lora_B" [out, r]).
 // Parameters are created uninitialized in the requested dtype/device (weights are loaded or
 // initialized explicitly), so building a 13B model never allocates an fp32 copy first.
 #pragma once
@@ -6,21 +7,39 @@
 #include <torch/nn/module.h>
 #include <torch/nn/pimpl.h>
 
+#include <memory>
+
 namespace ft::model {
 
 class LinearImpl : public torch::nn::Module {
  public:
   LinearImpl(std::int64_t in_features, std::int64_t out_features, const torch::TensorOptions& options);
+  // x [..., in] -> [..., out]. With LoRA (PEFT's math): base(x) + lora_B(lora_A(dropout(x))) * scale,
+  // the branch in fp32 and the sum cast back to x's dtype; dropout only in training mode.
   torch::Tensor forward(const torch::Tensor& x);
 
   std::int64_t in_features() const { return in_features_; }
   std::int64_t out_features() const { return out_features_; }
 
+  // Adds the LoRA branch: fp32 lora_A.weight [r, in] and lora_B.weight [out, r] on the weight's
+  // device, both zero (lora.h's apply_lora initializes A). Throws if it already has one.
+  void enable_lora(std::int64_t r, double scale, double dropout);
+  // Removes the branch (its parameters leave named_parameters()).
+  void disable_lora();
+  bool has_lora() const { return lora_A != nullptr; }
+  std::int64_t lora_rank() const { return has_lora() ? lora_A->out_features() : 0; }
+  double lora_scale() const { return lora_scale_; }
+  double lora_dropout() const { return lora_dropout_; }
+
   torch::Tensor weight;  // [out, in]
+  // The LoRA branch, null when off: plain LinearImpl layers so that their parameter is "weight".
+  std::shared_ptr<LinearImpl> lora_A, lora_B;
 
  private:
   std::int64_t in_features_;
   std::int64_t out_features_;
+  double lora_scale_ = 0;
+  double lora_dropout_ = 0;
 };
 TORCH_MODULE(Linear);
 
