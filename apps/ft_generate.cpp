@@ -11,21 +11,42 @@
 #include <torch/torch.h>
 
 #include "app_main.h"
+#include "data/prompt_template.h"
 #include "data/tokenizer.h"
 #include "io/dtype.h"
 #include "model/generation.h"
 #include "model/lora.h"
 #include "model/model_loader.h"
+#include "util/cpu_threads.h"
 #include "util/log.h"
 #include "util/timer.h"
 
 namespace {
+
+// The text the model sees: the prompt alone, or the prompt part of a template (the instruction
+// of an alpaca record, the user turn of a chat), as ft_train rendered it in training.
+std::string render_prompt(const std::string& prompt, const std::string& template_name) {
+  if (template_name == "none") return prompt;
+  ft::data::Record record;
+  record.location = "--prompt";
+  ft::data::RecordFormat format = ft::data::RecordFormat::kAlpaca;
+  if (template_name == "llama2_chat") {
+    format = ft::data::RecordFormat::kChat;
+    record.messages = {{"user", prompt}, {"assistant", "-"}};
+  } else {
+    record.fields = {{"instruction", prompt}, {"input", ""}, {"output", "-"}};
+  }
+  auto tmpl = ft::data::resolve_template(template_name, format);
+  return ft::data::render_record(tmpl, record, format).front().text;
+}
 
 int run(int argc, char** argv) {
   cxxopts::Options options("ft_generate", "Generate text from a LLaMA-family model (HF folder).");
   options.add_options()
       ("model", "Hugging Face model folder (config.json, *.safetensors, tokenizer.model)", cxxopts::value<std::string>())
       ("prompt", "text to continue", cxxopts::value<std::string>())
+      ("template", "render --prompt as the user turn of a prompt template first: alpaca | llama2_chat | none "
+                   "(what the adapter was trained with)", cxxopts::value<std::string>()->default_value("none"))
       ("adapter", "PEFT LoRA adapter folder to apply to the model", cxxopts::value<std::string>())
       ("max-new-tokens", "tokens to generate at most", cxxopts::value<std::int64_t>()->default_value("128"))
       ("temperature", "sampling temperature; 0 = greedy", cxxopts::value<double>()->default_value("1.0"))
@@ -33,7 +54,7 @@ int run(int argc, char** argv) {
       ("top-p", "nucleus sampling mass; 1 = off", cxxopts::value<double>()->default_value("1.0"))
       ("seed", "random seed for sampling", cxxopts::value<std::uint64_t>()->default_value("0"))
       ("dtype", "compute dtype fp32|bf16|fp16 (default: the model's)", cxxopts::value<std::string>())
-      ("threads", "CPU threads (default: LibTorch's choice)", cxxopts::value<int>())
+      ("threads", "CPU threads for matrix products (default: every core)", cxxopts::value<int>())
       ("h,help", "show this help");
   auto args = options.parse(argc, argv);
   if (args.count("help")) {
@@ -42,7 +63,7 @@ int run(int argc, char** argv) {
   }
   if (!args.count("model")) throw ft::app::UsageError{"--model is required"};
   if (!args.count("prompt")) throw ft::app::UsageError{"--prompt is required"};
-  if (args.count("threads")) torch::set_num_threads(args["threads"].as<int>());
+  ft::configure_cpu_threads(args.count("threads") ? args["threads"].as<int>() : 0);
 
   const std::string model_dir = args["model"].as<std::string>();
   ft::model::LoadOptions load;
@@ -75,7 +96,7 @@ int run(int argc, char** argv) {
   gen.sampling.top_p = args["top-p"].as<double>();
   gen.seed = args["seed"].as<std::uint64_t>();
 
-  const std::string prompt = args["prompt"].as<std::string>();
+  const std::string prompt = render_prompt(args["prompt"].as<std::string>(), args["template"].as<std::string>());
   std::vector<std::int64_t> ids = tokenizer.encode(prompt, /*add_bos=*/true);
   // Stream: print whatever the decoded text gained with each token. Decoding the whole sequence
   // each time keeps sentencepiece's spacing and multi-byte characters right.

@@ -15,6 +15,7 @@
 #include "app_main.h"
 #include "model/causal_lm_loss.h"
 #include "model/llama_model.h"
+#include "util/cpu_threads.h"
 #include "util/timer.h"
 
 namespace {
@@ -51,8 +52,7 @@ int run(int argc, char** argv) {
     std::cout << options.help() << std::endl;
     return 0;
   }
-  torch::set_num_threads(args.count("threads") ? args["threads"].as<int>()
-                                                : static_cast<int>(std::thread::hardware_concurrency()));
+  ft::configure_cpu_threads(args.count("threads") ? args["threads"].as<int>() : 0);
   const auto dtype = args["dtype"].as<std::string>() == "bf16" ? torch::kBFloat16 : torch::kFloat;
 
   ft::io::LlamaConfig c;
@@ -97,7 +97,10 @@ int run(int argc, char** argv) {
               n_params / 1e6, (long long)c.num_hidden_layers, (long long)c.hidden_size,
               (long long)c.num_attention_heads, (long long)c.num_key_value_heads, (long long)c.vocab_size,
               args["dtype"].as<std::string>().c_str());
-  std::printf("threads: %d, batch %lld x %lld tokens, %d steps\n", torch::get_num_threads(), (long long)batch,
+  std::printf("BLAS: %s\n", ft::blas_description().c_str());
+  std::printf("threads: %d (BLAS; LibTorch's own pool 1), batch %lld x %lld tokens, %d steps\n",
+              args.count("threads") ? args["threads"].as<int>() : static_cast<int>(std::thread::hardware_concurrency()),
+              (long long)batch,
               (long long)seq, steps);
   std::printf("matmul peak (2048^3 mm):  %8.1f GFLOP/s\n", peak);
   std::printf("forward+backward:         %8.1f tokens/s, %.3f s/step\n", tokens_per_s, seconds / steps);

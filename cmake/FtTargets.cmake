@@ -27,13 +27,18 @@ function(ft_add_module name)
   ft_use_common_settings(ft_${name})
 endfunction()
 
-# ft_add_program(NAME SOURCES ... DEPS ...): an executable in apps/ or bench/.
+# ft_add_program(NAME SOURCES ... DEPS ... [OUTPUT_NAME file]): an executable in build/bin.
+# OUTPUT_NAME lets a program share its file name with a library target (ft_train the program,
+# target ft_train_app, next to ft_train the library of lib/train).
 function(ft_add_program name)
-  cmake_parse_arguments(ARG "" "" "SOURCES;DEPS" ${ARGN})
+  cmake_parse_arguments(ARG "" "OUTPUT_NAME" "SOURCES;DEPS" ${ARGN})
   add_executable(${name} ${ARG_SOURCES})
   target_link_libraries(${name} PRIVATE ${ARG_DEPS})
   ft_use_common_settings(${name})
   set_target_properties(${name} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/bin)
+  if(ARG_OUTPUT_NAME)
+    set_target_properties(${name} PROPERTIES OUTPUT_NAME ${ARG_OUTPUT_NAME})
+  endif()
 endfunction()
 
 # ft_add_test(NAME SOURCES ... DEPS ... LABELS ... [TIMEOUT s]): one GoogleTest executable,

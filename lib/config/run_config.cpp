@@ -42,7 +42,8 @@ Schema make_schema() {
   std::vector<KeySpec> keys = {
       key("run_dir", kStr, kRequired, "the run folder: config.json, metrics.jsonl, adapter/, model/, checkpoints/"),
       key("model.path", kStr, kRequired, "Hugging Face model folder"),
-      choice("model.dtype", {"fp32", "bf16", "fp16"}, "fp32", "dtype of the frozen base weights"),
+      choice("model.dtype", {"auto", "fp32", "bf16", "fp16"}, "auto",
+             "dtype the base weights are held in; auto = train.precision"),
       choice("model.quantize", {"none", "int8", "nf4"}, "none", "quantized frozen base (LoRA only)"),
       key("data.train", kStr, kRequired, "training dataset, JSON array or JSONL"),
       key("data.eval", kStr, Json(""), "evaluation dataset; empty = none"),
@@ -204,6 +205,9 @@ RunConfig parse_run_config(Json config, const std::string& source, const std::ve
   } else if (c.model.quantize != "none") {
     errors.push_back("model.quantize: a quantized base needs a lora section (the base stays frozen)");
   }
+  if (c.model.dtype != "auto" && c.model.dtype != c.train.precision)
+    errors.push_back(str("model.dtype: \"", c.model.dtype, "\" differs from train.precision \"", c.train.precision,
+                         "\"; the weights compute in train.precision (leave model.dtype at \"auto\")"));
   if (c.train.micro_batch_size > c.train.global_batch_size)
     errors.push_back(str("train.micro_batch_size: ", c.train.micro_batch_size, " is larger than train.global_batch_size ",
                          c.train.global_batch_size));

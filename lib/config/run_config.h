@@ -16,7 +16,7 @@ namespace ft::config {
 
 struct ModelConfig {
   std::string path;              // HF model folder
-  std::string dtype = "fp32";    // fp32|bf16|fp16: the frozen base weights' dtype
+  std::string dtype = "auto";    // auto|fp32|bf16|fp16: the weights' dtype; must equal train.precision
   std::string quantize = "none"; // none|int8|nf4 (LoRA only)
 };
 

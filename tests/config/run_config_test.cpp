@@ -110,6 +110,9 @@ TEST(RunConfig, WrongTypesAndRanges) {
   Json j = minimal();
   j["train"] = 3;
   EXPECT_NE(error_of(j).find("train: expected a section (an object), got 3"), std::string::npos) << error_of(j);
+  Json d = minimal();
+  d["model"]["dtype"] = "bf16";
+  EXPECT_NE(error_of(d).find("model.dtype: \"bf16\" differs from train.precision \"fp32\""), std::string::npos);
   Json q = minimal();
   q.erase("lora");
   q["model"]["quantize"] = "nf4";

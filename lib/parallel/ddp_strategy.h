@@ -1,0 +1,39 @@
+// DDP: every rank holds the whole model and optimizer state; gradients are summed over ranks in
+// buckets of parallel.bucket_mb (in parallel.grad_comm_dtype), only on the last micro-batch of
+// an optimizer step. The master weights are the flat parameters themselves in fp32, or an fp32
+// copy when the model computes in bf16/fp16.
+#pragma once
+
+#include <memory>
+
+#include "parallel/flat_parameters.h"
+#include "parallel/parallel_strategy.h"
+
+namespace ft::parallel {
+
+class DdpStrategy : public ParallelStrategy {
+ public:
+  DdpStrategy(dist::Communicator& comm, StrategyOptions options);
+  std::string name() const override { return "ddp"; }
+  void setup(NamedParameters params) override;
+  void before_backward(bool sync) override;
+  void finish_gradients() override;
+  double grad_sum_of_squares() override;
+  void step(double lr, double clip_coef) override;
+  void skip_step() override;
+  StepTimes take_step_times() override;
+  optim::AdamW& optimizer() override { return *optimizer_; }
+
+  FlatParameters& flat() { return *flat_; }
+
+ private:
+  dist::Communicator& comm_;
+  StrategyOptions options_;
+  std::unique_ptr<FlatParameters> flat_;
+  at::Tensor master_;  // fp32; aliases flat_->values() when the parameters are fp32
+  std::unique_ptr<optim::AdamW> optimizer_;
+  bool sync_ = true;
+  StepTimes times_;
+};
+
+}  // namespace ft::parallel

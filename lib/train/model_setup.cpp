@@ -1,0 +1,73 @@
+#include "train/model_setup.h"
+
+#include <torch/torch.h>
+
+#include "data/tokenizer.h"
+#include "io/dtype.h"
+#include "io/safetensors.h"
+#include "model/model_loader.h"
+#include "util/error.h"
+#include "util/file_util.h"
+#include "util/log.h"
+
+namespace ft::train {
+
+c10::ScalarType compute_dtype(const config::RunConfig& c) {
+  return io::parse_float_dtype(c.train.precision, "train.precision");
+}
+
+TrainableModel build_trainable_model(const config::RunConfig& c, const data::Tokenizer& tokenizer) {
+  TrainableModel tm;
+  model::LoadOptions load;
+  load.dtype = compute_dtype(c);
+  model::check_compute_dtype(*load.dtype, load.device, "train.precision");
+  tm.model = model::load_llama(c.model.path, load);
+  FT_CHECK(tokenizer.vocab_size() <= tm.model->config().vocab_size, tokenizer.path(), " has ", tokenizer.vocab_size(),
+           " pieces but the model's vocab_size is ", tm.model->config().vocab_size);
+  if (c.lora) {
+    if (!c.lora->init_from.empty()) {
+      tm.lora = model::load_adapter(tm.model, c.lora->init_from);
+      log::info("LoRA: continuing from ", c.lora->init_from, " (r ", tm.lora->r, ", alpha ", tm.lora->alpha, ")");
+    } else {
+      tm.lora = model::lora_options(*c.lora);
+      auto modules = model::apply_lora(tm.model, *tm.lora, c.train.seed);
+      log::info("LoRA r ", tm.lora->r, ", alpha ", tm.lora->alpha, " on ", modules.size(), " projections");
+    }
+    for (auto& [name, p] : model::lora_parameters(tm.model)) tm.trainable.emplace_back(name, p);
+  } else {
+    for (auto& p : tm.model->named_parameters()) {
+      p.value().set_requires_grad(true);
+      tm.trainable.emplace_back(p.key(), p.value());
+    }
+  }
+  std::int64_t trainable = 0, total = 0;
+  for (auto& [name, p] : tm.trainable) trainable += p.numel();
+  for (auto& p : tm.model->parameters()) total += p.numel();
+  log::info("parameters: ", trainable, " trainable of ", total, " (", 100.0 * trainable / total, "%)");
+  return tm;
+}
+
+void save_result(const config::RunConfig& c, TrainableModel& tm, const data::Tokenizer& tokenizer) {
+  if (tm.lora) {
+    const std::string dir = join_path(c.run_dir, "adapter");
+    model::save_adapter(tm.model, *tm.lora, dir, c.model.path);
+    log::info("adapter written to ", dir);
+    return;
+  }
+  // Full fine-tune: an HF folder in the compute dtype; a tied head is not written (as
+  // transformers' save_pretrained does).
+  const std::string dir = join_path(c.run_dir, "model");
+  make_directories(dir);
+  io::NamedTensors tensors;
+  for (auto& p : tm.model->named_parameters()) tensors.emplace_back(p.key(), p.value().detach());
+  io::write_safetensors(join_path(dir, "model.safetensors"), tensors);
+  write_file_atomic(join_path(dir, "config.json"), tm.model->config().to_json(compute_dtype(c)).dump(2) + "\n");
+  for (const char* name : {"tokenizer_config.json", "special_tokens_map.json", "generation_config.json"}) {
+    const std::string from = join_path(c.model.path, name);
+    if (file_exists(from)) write_file_atomic(join_path(dir, name), read_file(from));
+  }
+  write_file_atomic(join_path(dir, "tokenizer.model"), read_file(tokenizer.path()));
+  log::info("model written to ", dir);
+}
+
+}  // namespace ft::train

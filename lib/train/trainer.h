@@ -1,0 +1,32 @@
+// The training loop, as data flows through one optimizer step:
+//   token file -> sampler (this rank's items) -> micro-batches -> forward -> loss sum
+//   -> backward (strategy reduces gradients) -> global grad norm -> clip -> AdamW step
+//   -> metrics line (rank 0).
+// The loss of a step is the mean over every target token of all its micro-batches on all ranks:
+// each micro-batch's summed loss is divided by that total (all-reduced before the first
+// backward) and gradients are summed over ranks, so W ranks x micro-batch m give the gradient of
+// 1 rank x micro-batch W*m. The loop names no backend and no strategy.
+#pragma once
+
+#include <memory>
+
+#include "config/run_config.h"
+#include "dist/communicator.h"
+
+namespace ft::train {
+
+struct TrainSummary {
+  std::int64_t steps = 0;
+  std::int64_t skipped_steps = 0;
+  double final_loss = 0;
+  double first_eval_loss = 0;  // NaN when there is no eval set
+  double final_eval_loss = 0;
+  double seconds = 0;
+};
+
+// Runs a whole training run: prepares data, builds the model (LoRA or full), trains, evaluates
+// and writes the results into config.run_dir. Throws ft::Error with the step on a non-finite
+// loss (train.on_nonfinite = "stop") or any other failure.
+TrainSummary run_training(const config::RunConfig& config, dist::Communicator& comm);
+
+}  // namespace ft::train
