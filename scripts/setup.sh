@@ -14,6 +14,7 @@ packages=(
   python3-torch           # reference values (tests/reference/*.py)
   python3-sentencepiece   # reference tokenization (ft reads tokenizer.model itself, see lib/data/tokenizer.h)
   python3-numpy
+  python3-matplotlib      # scripts/plot_metrics.py
 )
 
 missing=()

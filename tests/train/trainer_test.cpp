@@ -105,6 +105,21 @@ TEST(Trainer, NonFiniteLossStopsOrSkips) {
   EXPECT_TRUE(any_skipped);
 }
 
+TEST(Trainer, ContinuesFromAnAdapter) {
+  // lora.init_from: the second run starts where the first ended (same eval loss before training).
+  test::TempDir a, b;
+  TrainSummary first = train(tiny(a.path()));
+  TrainSummary second = train(tiny(b.path()), {"lora.init_from=" + join_path(a.path(), "adapter"), "train.max_steps=1"});
+  EXPECT_NEAR(second.first_eval_loss, first.final_eval_loss, 1e-6);
+  EXPECT_LT(first.final_eval_loss, first.first_eval_loss);
+}
+
+TEST(Trainer, FeaturesNotYetBuiltAreRefused) {
+  test::TempDir dir;
+  EXPECT_FT_ERROR(train(tiny(dir.path()), {"train.activation_checkpointing=true"}),
+                  "train.activation_checkpointing is not implemented in this build yet");
+}
+
 TEST(Trainer, GlobalBatchThatDoesNotDivideIsAnError) {
   test::TempDir dir;
   EXPECT_FT_ERROR(train(tiny(dir.path()), {"train.global_batch_size=7", "train.micro_batch_size=2"}),
