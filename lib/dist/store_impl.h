@@ -1,0 +1,28 @@
+// Internal to lib/dist: what a Store is made of, for the .cpp files that hand it to c10d
+// (ProcessGroupGloo) or use it directly. Not for code outside lib/dist: it pulls in c10d.
+#pragma once
+
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include <exception>
+#include <string>
+
+#include "dist/store.h"
+
+namespace ft::dist {
+
+// The message of an exception from c10d or Gloo, without c10's C++ backtrace.
+inline std::string short_message(const std::exception& e) {
+  if (const auto* c10_error = dynamic_cast<const c10::Error*>(&e)) return c10_error->what_without_backtrace();
+  return e.what();
+}
+
+struct Store::Impl {
+  c10::intrusive_ptr<c10d::TCPStore> tcp;
+  std::string host;
+  int port = 0;
+  bool server = false;
+  double timeout_s = 300;
+};
+
+}  // namespace ft::dist

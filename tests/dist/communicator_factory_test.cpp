@@ -1,0 +1,233 @@
+// lib/dist in one process: the backend choice and its errors, config differences, and the
+// rendezvous and config check with ranks as threads over a real TCP store on loopback (the
+// multi-process versions are in multirank_test.cpp).
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <torch/torch.h>
+
+#include <future>
+
+#include "dist/make_communicator.h"
+#include "dist/nccl_communicator.h"
+#include "dist/rendezvous.h"
+#include "test_support.h"
+
+namespace ft::dist {
+namespace {
+
+// A port nothing listens on right now; with `keep`, the socket stays open and listening.
+int free_port(int* keep = nullptr) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_ANY);
+  socklen_t len = sizeof(addr);
+  EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  EXPECT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  if (keep != nullptr) {
+    EXPECT_EQ(::listen(fd, 4), 0);
+    *keep = fd;
+  } else {
+    ::close(fd);
+  }
+  return ntohs(addr.sin_port);
+}
+
+RankEnv env_of(int rank, int world, int port) {
+  RankEnv e;
+  e.rank = rank;
+  e.local_rank = rank;
+  e.world_size = world;
+  e.local_world_size = world;
+  e.master_port = port;
+  e.source = "torchrun";
+  return e;
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(MakeCommunicator, BackendChoiceAndErrors) {
+  const RankEnv one;
+  EXPECT_EQ(make_communicator("auto", torch::kCPU, one, nullptr, 10)->backend(), "single");
+  EXPECT_EQ(make_communicator("gloo", torch::kCPU, one, nullptr, 10)->backend(), "single");
+  EXPECT_FT_ERROR(make_communicator("mpi", torch::kCPU, one, nullptr, 10),
+                  "parallel.backend: expected auto, gloo or nccl, got \"mpi\"");
+  EXPECT_FT_ERROR(make_communicator("gloo", torch::Device(torch::kCUDA, 0), one, nullptr, 10),
+                  "parallel.backend gloo takes CPU tensors in this build, but the device is cuda:0: use nccl (or auto)");
+  if (nccl_compiled()) {
+    EXPECT_FT_ERROR(make_communicator("nccl", torch::kCPU, one, nullptr, 10),
+                    "parallel.backend nccl needs a CUDA device, but the device is cpu: use gloo (or auto) for CPU tensors");
+    EXPECT_EQ(make_communicator("auto", torch::Device(torch::kCUDA, 0), one, nullptr, 10)->backend(), "single");
+  } else {
+    EXPECT_FT_ERROR(make_communicator("nccl", torch::kCPU, one, nullptr, 10),
+                    "parallel.backend nccl on device cpu, but this build of ft has no NCCL");
+    EXPECT_FT_ERROR(make_communicator("auto", torch::Device(torch::kCUDA, 0), one, nullptr, 10),
+                    "parallel.backend auto picked nccl for device cuda:0, but this build of ft has no NCCL");
+  }
+  EXPECT_FT_ERROR(make_communicator("gloo", torch::kCPU, env_of(0, 2, 1), nullptr, 10),
+                  "make_communicator for rank 0 of 2: no store (rendezvous() first)");
+}
+
+#ifdef FT_WITH_NCCL
+TEST(MakeCommunicator, NcclWithoutGpuSaysSo) {
+  if (torch::cuda::device_count() > 0) GTEST_SKIP() << "a GPU is visible";
+  const int port = free_port();
+  auto store = Store::connect(env_of(0, 2, port), 5);  // rank 0 hosts; nobody else needed
+  EXPECT_FT_ERROR(make_nccl_communicator(env_of(0, 2, port), store, 0, 5),
+                  "rank 0 wants cuda:0 for NCCL but no CUDA device is usable here");
+}
+#endif
+
+TEST(ConfigDifferences, FullPathsBothValuesAndAbsentKeys) {
+  const Json here = {{"run_dir", "a"},
+                     {"train", {{"lr", 0.001}, {"epochs", 1}}},
+                     {"lora", {{"r", 8}, {"target_modules", {"q_proj"}}}}};
+  const Json there = {{"run_dir", "a"},
+                      {"train", {{"lr", 0.002}, {"epochs", 1}}},
+                      {"lora", {{"target_modules", {"q_proj", "v_proj"}}}},
+                      {"extra", true}};
+  const auto d = config_differences(here, there);
+  ASSERT_EQ(d.size(), 4u);
+  EXPECT_EQ(d[0].key, "extra");
+  EXPECT_EQ(d[0].here, "absent");
+  EXPECT_EQ(d[0].there, "true");
+  EXPECT_EQ(d[1].key, "lora.r");
+  EXPECT_EQ(d[1].there, "absent");
+  EXPECT_EQ(d[2].key, "lora.target_modules");
+  EXPECT_EQ(d[2].here, "[\"q_proj\"]");
+  EXPECT_EQ(d[2].there, "[\"q_proj\",\"v_proj\"]");
+  EXPECT_EQ(d[3].key, "train.lr");
+  EXPECT_EQ(d[3].here, "0.001");
+  EXPECT_EQ(d[3].there, "0.002");
+  EXPECT_TRUE(config_differences(here, here).empty());
+}
+
+TEST(Rendezvous, WorldOfOneNeedsNoStore) {
+  const RankEnv one;
+  EXPECT_EQ(rendezvous(one, 1), nullptr);
+  check_same_config(nullptr, one, Json::object(), 1);  // nothing to check
+}
+
+// Each "rank" returns its store, so that rank 0's server outlives the other ranks' last calls.
+struct Outcome {
+  std::shared_ptr<Store> store;
+  std::string error;
+};
+
+template <typename F>
+Outcome outcome_of(F&& f) {
+  Outcome out;
+  try {
+    out.store = f();
+  } catch (const Error& e) {
+    out.error = e.what();
+  }
+  return out;
+}
+
+TEST(Rendezvous, ThreadsMeetAndAgree) {
+  const int port = free_port();
+  const Json config = {{"train", {{"lr", 0.001}}}};
+  auto run = [&](int rank) {
+    return outcome_of([&] {
+      auto store = rendezvous(env_of(rank, 2, port), 10);
+      check_same_config(store, env_of(rank, 2, port), config, 10);
+      return store;
+    });
+  };
+  auto r0 = std::async(std::launch::async, run, 0);
+  auto r1 = std::async(std::launch::async, run, 1);
+  const Outcome o0 = r0.get();
+  const Outcome o1 = r1.get();
+  EXPECT_EQ(o0.error, "");
+  EXPECT_EQ(o1.error, "");
+  ASSERT_TRUE(o0.store && o1.store);
+  EXPECT_TRUE(o0.store->is_server());
+  EXPECT_EQ(o1.store->address(), "127.0.0.1:" + std::to_string(port));
+}
+
+TEST(Rendezvous, ConfigMismatchFailsEveryRankNamingTheKey) {
+  const int port = free_port();
+  std::shared_ptr<Store> stores[2];
+  auto run = [&](int rank) {
+    return error_of([&] {
+      stores[rank] = rendezvous(env_of(rank, 2, port), 10);
+      const Json config = {{"train", {{"lr", rank == 0 ? 0.001 : 0.002}, {"epochs", 1}}}};
+      check_same_config(stores[rank], env_of(rank, 2, port), config, 10);
+    });
+  };
+  auto r0 = std::async(std::launch::async, run, 0);
+  auto r1 = std::async(std::launch::async, run, 1);
+  EXPECT_EQ(r1.get(),
+            "rank 1 runs a different config than rank 0 (every rank must run the same one): train.lr: 0.002 here, "
+            "0.001 on rank 0. Start every rank with the same config file and the same --set overrides");
+  EXPECT_EQ(r0.get(),
+            "rank 1 runs a different config than rank 0: train.lr: 0.002 on rank 1, 0.001 on rank 0. Every rank "
+            "stops; start them all with the same config file and the same --set overrides");
+}
+
+TEST(Rendezvous, MissingRankTimesOutNamingWhoArrived) {
+  const int port = free_port();
+  const std::string message = error_of([&] { rendezvous(env_of(0, 3, port), 0.5); });
+  EXPECT_NE(message.find(str("rendezvous at 127.0.0.1:", port, " timed out after 0.5 s on rank 0: 1 of 3 ranks arrived "
+                             "(missing: ranks 1, 2). Check that all 3 ranks were started (WORLD_SIZE=3 on each) with "
+                             "the same MASTER_ADDR=127.0.0.1 and MASTER_PORT=",
+                             port)),
+            std::string::npos)
+      << message;
+  EXPECT_NE(message.find(str("no firewall blocks port ", port)), std::string::npos) << message;
+}
+
+TEST(Rendezvous, UnreachableStoreSaysWhatToCheck) {
+  const int port = free_port();
+  EXPECT_FT_ERROR(rendezvous(env_of(1, 2, port), 0.5),
+                  str("rank 1 of 2 could not reach the rendezvous store at 127.0.0.1:", port,
+                      " within 0.5 s (connection refused: nothing listens there yet), so it cannot tell how many of "
+                      "the 2 ranks arrived. Check that rank 0 is running"));
+  RankEnv bad = env_of(1, 2, port);
+  bad.master_addr = "no-such-host.invalid";
+  EXPECT_FT_ERROR(rendezvous(bad, 0.3), "(MASTER_ADDR=no-such-host.invalid does not resolve");
+}
+
+TEST(Rendezvous, PortInUseOnRankZero) {
+  int holder = -1;
+  const int port = free_port(&holder);
+  EXPECT_FT_ERROR(rendezvous(env_of(0, 2, port), 2),
+                  str("rank 0 cannot host the rendezvous store on port ", port,
+                      ": the port is already in use (another run, or another program, listens on it). Pick another "
+                      "MASTER_PORT"));
+  ::close(holder);
+}
+
+TEST(Rendezvous, RankStartedTwice) {
+  const int port = free_port();
+  auto run = [&](int rank) { return outcome_of([&] { return rendezvous(env_of(rank, 2, port), 3); }); };
+  auto r0 = std::async(std::launch::async, run, 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  auto a = std::async(std::launch::async, run, 1);
+  auto b = std::async(std::launch::async, run, 1);
+  const Outcome o0 = r0.get();
+  const Outcome oa = a.get();
+  const Outcome ob = b.get();
+  EXPECT_EQ(o0.error, "");
+  EXPECT_TRUE(oa.error.empty() != ob.error.empty()) << oa.error << "\n" << ob.error;
+  EXPECT_NE((oa.error + ob.error).find(str("rank 1 checked in at 127.0.0.1:", port,
+                                           " twice: two processes were started with RANK=1, or another run uses the "
+                                           "same MASTER_PORT=",
+                                           port)),
+            std::string::npos)
+      << oa.error << ob.error;
+}
+
+}  // namespace
+}  // namespace ft::dist
