@@ -259,17 +259,25 @@ int launch(const Options& o) {
 
     int out[2], err[2];
     FT_CHECK(::pipe2(out, O_CLOEXEC) == 0 && ::pipe2(err, O_CLOEXEC) == 0, "pipe2(): ", std::strerror(errno));
+    // Signals stay blocked across fork until the child has its default handlers back: a SIGTERM
+    // that reached the child while it still ran the launcher's handler would be written into
+    // the launcher's signal pipe and read as if the launcher itself had been terminated.
+    sigset_t all_signals, saved_mask;
+    sigfillset(&all_signals);
+    ::pthread_sigmask(SIG_SETMASK, &all_signals, &saved_mask);
     const pid_t pid = ::fork();
+    if (pid != 0) ::pthread_sigmask(SIG_SETMASK, &saved_mask, nullptr);
     FT_CHECK(pid >= 0, "fork(): ", std::strerror(errno));
     if (pid == 0) {
-      // Child: own process group (shared by all ranks), die with the launcher, default signals.
-      ::setpgid(0, group);
-      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-      if (::getppid() != launcher) _exit(128 + SIGKILL);
+      // Child: default signals, own process group (shared by all ranks), die with the launcher.
       struct sigaction dfl {};
       dfl.sa_handler = SIG_DFL;
       sigemptyset(&dfl.sa_mask);
       for (int s : {SIGINT, SIGTERM, SIGHUP, SIGCHLD, SIGPIPE}) ::sigaction(s, &dfl, nullptr);
+      ::pthread_sigmask(SIG_SETMASK, &saved_mask, nullptr);
+      ::setpgid(0, group);
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (::getppid() != launcher) _exit(128 + SIGKILL);
       // stdin from /dev/null: the ranks are not in the terminal's foreground group, and a read
       // from the terminal would stop them (SIGTTIN).
       const int null_fd = ::open("/dev/null", O_RDONLY);
@@ -291,7 +299,6 @@ int launch(const Options& o) {
     streams.push_back(Stream{err[0], 2, prefix, {}});
   }
 
-  int running = o.nproc_per_node;
   int failed_rank = -1;
   int failed_code = 0;
   int interrupted = 0;
@@ -301,9 +308,16 @@ int launch(const Options& o) {
   Clock::time_point drain_until;
   bool draining = false;
 
+  // The group id is the first rank's pid. Once every rank is reaped that number can belong to
+  // an unrelated process group, so the group is signalled only while a rank is unreaped (a
+  // zombie keeps the id reserved): `running` counts them.
+  int running = o.nproc_per_node;
+  auto signal_group = [&](int signo) {
+    if (running > 0) ::kill(-group, signo);
+  };
   auto stop_all = [&](int signo) {
-    ::kill(-group, signo);
-    ::kill(-group, SIGCONT);  // a stopped rank acts on SIGTERM only once it runs again
+    signal_group(signo);
+    signal_group(SIGCONT);  // a stopped rank acts on SIGTERM only once it runs again
     if (!stopping) {
       stopping = true;
       kill_at = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.grace_s));
@@ -313,7 +327,12 @@ int launch(const Options& o) {
   auto reap = [&] {
     while (true) {
       int status = 0;
-      const pid_t pid = ::waitpid(-1, &status, WNOHANG);
+      siginfo_t info{};
+      if (::waitid(P_ALL, 0, &info, WEXITED | WNOHANG | WNOWAIT) != 0 || info.si_pid == 0) break;
+      // Before the last rank's zombie is reaped (and the group id freed), kill whatever the ranks
+      // left behind in their group.
+      if (running == 1) ::kill(-group, SIGKILL);
+      const pid_t pid = ::waitpid(info.si_pid, &status, 0);
       if (pid <= 0) break;
       for (Child& c : children) {
         if (c.pid != pid || !c.running) continue;
@@ -339,7 +358,6 @@ int launch(const Options& o) {
   while (true) {
     reap();
     if (running == 0 && !draining) {
-      ::kill(-group, SIGKILL);  // whatever the ranks left behind in their group
       draining = true;
       drain_until = Clock::now() + std::chrono::seconds(2);
     }
@@ -348,7 +366,7 @@ int launch(const Options& o) {
     if (running == 0 && (!open || Clock::now() >= drain_until)) break;
     if (stopping && !killed && running > 0 && Clock::now() >= kill_at) {
       say(ft::str(running, " rank(s) still running ", o.grace_s, " s after SIGTERM: SIGKILL"));
-      ::kill(-group, SIGKILL);
+      signal_group(SIGKILL);
       killed = true;
     }
 
@@ -368,7 +386,7 @@ int launch(const Options& o) {
     const int ready = ::poll(fds.data(), fds.size(), timeout_ms);
     if (ready < 0 && errno != EINTR) {
       say(ft::str("poll(): ", std::strerror(errno)));
-      ::kill(-group, SIGKILL);
+      signal_group(SIGKILL);
       return 1;
     }
     if (ready <= 0) continue;
@@ -384,7 +402,7 @@ int launch(const Options& o) {
           stop_all(signo);
         } else {
           say(ft::str("got ", strsignal(signo), " again: SIGKILL"));
-          ::kill(-group, SIGKILL);
+          signal_group(SIGKILL);
           killed = true;
         }
       }

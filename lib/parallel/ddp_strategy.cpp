@@ -11,7 +11,11 @@ namespace ft::parallel {
 DdpStrategy::DdpStrategy(dist::Communicator& comm, StrategyOptions options) : comm_(comm), options_(options) {}
 
 void DdpStrategy::setup(NamedParameters params) {
+  std::vector<at::Tensor> tensors;
+  for (auto& [name, p] : params) tensors.push_back(p);
   flat_ = std::make_unique<FlatParameters>(std::move(params));
+  buckets_ = std::make_unique<GradBuckets>(*flat_, std::move(tensors), comm_, options_.bucket_mb,
+                                           options_.grad_comm_dtype);
   // Every rank starts from rank 0's weights (LoRA init or a loaded model may differ by rank).
   comm_.broadcast(flat_->values(), 0)->wait();
   master_ = flat_->values().scalar_type() == torch::kFloat ? flat_->values() : flat_->values().to(torch::kFloat);
@@ -19,29 +23,9 @@ void DdpStrategy::setup(NamedParameters params) {
                                               master_.device());
 }
 
-void DdpStrategy::before_backward(bool sync) { sync_ = sync; }
+void DdpStrategy::before_backward(bool sync) { buckets_->arm(sync); }
 
-void DdpStrategy::finish_gradients() {
-  FT_ASSERT(sync_, "finish_gradients after the last micro-batch");
-  if (comm_.world_size() == 1) return;
-  Stopwatch watch;
-  at::Tensor& grads = flat_->grads();
-  const std::int64_t element_bytes = c10::elementSize(options_.grad_comm_dtype);
-  const std::int64_t bucket = std::max<std::int64_t>(1, static_cast<std::int64_t>(options_.bucket_mb * (1 << 20)) / element_bytes);
-  std::vector<std::pair<std::shared_ptr<dist::Work>, std::pair<at::Tensor, at::Tensor>>> inflight;
-  // Buckets from the end of the buffer: the last layers' gradients are ready first in backward.
-  for (std::int64_t end = grads.numel(); end > 0; end -= bucket) {
-    const std::int64_t begin = std::max<std::int64_t>(0, end - bucket);
-    at::Tensor slice = grads.narrow(0, begin, end - begin);
-    at::Tensor wire = slice.scalar_type() == options_.grad_comm_dtype ? slice : slice.to(options_.grad_comm_dtype);
-    inflight.push_back({comm_.all_reduce(wire, dist::ReduceOp::kSum), {slice, wire}});
-  }
-  for (auto& [work, tensors] : inflight) {
-    work->wait();
-    if (!tensors.first.is_same(tensors.second)) tensors.first.copy_(tensors.second);
-  }
-  times_.communication += watch.seconds();
-}
+void DdpStrategy::finish_gradients() { times_.communication += buckets_->finish(); }
 
 double DdpStrategy::grad_sum_of_squares() {
   return optim::local_sum_of_squares({flat_->grads()}).item<double>();

@@ -1,12 +1,13 @@
 // DDP: every rank holds the whole model and optimizer state; gradients are summed over ranks in
-// buckets of parallel.bucket_mb (in parallel.grad_comm_dtype), only on the last micro-batch of
-// an optimizer step. The master weights are the flat parameters themselves in fp32, or an fp32
+// buckets of parallel.bucket_mb (in parallel.grad_comm_dtype) launched during backward as soon as
+// each bucket is complete (grad_buckets.h), only on the last micro-batch of an optimizer step. The master weights are the flat parameters themselves in fp32, or an fp32
 // copy when the model computes in bf16/fp16.
 #pragma once
 
 #include <memory>
 
 #include "parallel/flat_parameters.h"
+#include "parallel/grad_buckets.h"
 #include "parallel/parallel_strategy.h"
 
 namespace ft::parallel {
@@ -30,9 +31,9 @@ class DdpStrategy : public ParallelStrategy {
   dist::Communicator& comm_;
   StrategyOptions options_;
   std::unique_ptr<FlatParameters> flat_;
+  std::unique_ptr<GradBuckets> buckets_;
   at::Tensor master_;  // fp32; aliases flat_->values() when the parameters are fp32
   std::unique_ptr<optim::AdamW> optimizer_;
-  bool sync_ = true;
   StepTimes times_;
 };
 

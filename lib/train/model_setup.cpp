@@ -16,9 +16,11 @@ c10::ScalarType compute_dtype(const config::RunConfig& c) {
   return io::parse_float_dtype(c.train.precision, "train.precision");
 }
 
-TrainableModel build_trainable_model(const config::RunConfig& c, const data::Tokenizer& tokenizer) {
+TrainableModel build_trainable_model(const config::RunConfig& c, const data::Tokenizer& tokenizer,
+                                     c10::Device device) {
   TrainableModel tm;
   model::LoadOptions load;
+  load.device = device;
   load.dtype = compute_dtype(c);
   model::check_compute_dtype(*load.dtype, load.device, "train.precision");
   tm.model = model::load_llama(c.model.path, load);

@@ -25,7 +25,8 @@ struct TrainableModel {
 
 c10::ScalarType compute_dtype(const config::RunConfig& config);
 
-TrainableModel build_trainable_model(const config::RunConfig& config, const data::Tokenizer& tokenizer);
+TrainableModel build_trainable_model(const config::RunConfig& config, const data::Tokenizer& tokenizer,
+                                     c10::Device device = c10::kCPU);
 
 // Rank 0, after training: the adapter (LoRA) or the whole model (full fine-tune).
 void save_result(const config::RunConfig& config, TrainableModel& model, const data::Tokenizer& tokenizer);

@@ -51,7 +51,7 @@ void check_supported(const config::RunConfig& c) {
 
 }  // namespace
 
-TrainSummary run_training(const config::RunConfig& c, dist::Communicator& comm) {
+TrainSummary run_training(const config::RunConfig& c, dist::Communicator& comm, c10::Device device) {
   check_supported(c);
   const bool root = comm.is_root();
   configure_cpu_threads(threads_per_rank(c));
@@ -69,7 +69,7 @@ TrainSummary run_training(const config::RunConfig& c, dist::Communicator& comm) 
   log::info("train: ", train_file->stats().summary());
 
   // Model and trainable parameters (LoRA or everything), then the strategy that owns them.
-  TrainableModel tm = build_trainable_model(c, tokenizer);
+  TrainableModel tm = build_trainable_model(c, tokenizer, device);
   auto strategy = parallel::make_strategy(c, comm);
   strategy->setup(tm.trainable);
 
@@ -106,7 +106,6 @@ TrainSummary run_training(const config::RunConfig& c, dist::Communicator& comm) 
   };
   run_eval(0);
 
-  const auto device = tm.model->output_weight().device();
   tm.model->train();
   Stopwatch run_clock;
   double last_wait = loader.waited_seconds();

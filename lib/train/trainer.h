@@ -8,6 +8,8 @@
 // 1 rank x micro-batch W*m. The loop names no backend and no strategy.
 #pragma once
 
+#include <c10/core/Device.h>
+
 #include <memory>
 
 #include "config/run_config.h"
@@ -27,6 +29,8 @@ struct TrainSummary {
 // Runs a whole training run: prepares data, builds the model (LoRA or full), trains, evaluates
 // and writes the results into config.run_dir. Throws ft::Error with the step on a non-finite
 // loss (train.on_nonfinite = "stop") or any other failure.
-TrainSummary run_training(const config::RunConfig& config, dist::Communicator& comm);
+// `device`: where the model and batches live (CPU, or this rank's GPU).
+TrainSummary run_training(const config::RunConfig& config, dist::Communicator& comm,
+                          c10::Device device = c10::kCPU);
 
 }  // namespace ft::train

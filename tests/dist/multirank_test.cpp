@@ -259,6 +259,17 @@ TEST(Launcher, ExitsWithTheFailingRanksCodeAndStopsTheOthers) {
   EXPECT_EQ(signalled.code, 128 + 9) << signalled.output;
 }
 
+TEST(Launcher, ASignalToAForkingRankIsNotMistakenForOneToTheLauncher) {
+  // Regression: a rank killed at once made the launcher SIGTERM the group while the next rank was
+  // still between fork and exec with the launcher's signal handler, which wrote the signal into
+  // the launcher's own pipe: the launcher then reported "got Terminated" and exited 143.
+  for (int i = 0; i < 20; ++i) {
+    const Launched r = run(str(bin_path("ft_launch"), " --nproc_per_node 4 sh -c 'kill -9 $$'"));
+    ASSERT_EQ(r.code, 128 + 9) << r.output;
+    ASSERT_FALSE(contains(r.output, "got Terminated")) << r.output;
+  }
+}
+
 TEST(Launcher, KillsRanksThatIgnoreSigtermAfterTheGracePeriod) {
   const std::string marker = new_marker();
   const Launched r = run(str(bin_path("ft_launch"), " --nproc_per_node 2 --grace-period 1 sh -c ",

@@ -1,0 +1,57 @@
+// Gradient buckets that are reduced while backward is still running. The flat gradient buffer
+// is cut into buckets of about bucket_mb, from its end (the last layers' gradients are ready
+// first in backward). A hook after each parameter's gradient accumulation counts the parameters
+// still missing in its bucket; the bucket's all-reduce starts as soon as the count reaches zero,
+// on the communicator's thread, while backward goes on with earlier layers. Only armed for the
+// last micro-batch of an optimizer step: accumulation micro-batches communicate nothing.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <memory>
+#include <vector>
+
+#include "dist/communicator.h"
+#include "parallel/flat_parameters.h"
+
+namespace ft::parallel {
+
+class GradBuckets {
+ public:
+  GradBuckets(FlatParameters& flat, std::vector<at::Tensor> params, dist::Communicator& comm, double bucket_mb,
+              c10::ScalarType wire_dtype);
+  ~GradBuckets();
+
+  // Arms the hooks for the coming backward (sync) or disarms them (accumulation micro-batch).
+  void arm(bool sync);
+  // Starts the buckets whose parameters got no gradient, waits for every bucket, and writes the
+  // summed gradients back. Returns the seconds spent waiting.
+  double finish();
+
+  std::size_t num_buckets() const { return buckets_.size(); }
+  // Buckets launched from inside backward on the last step (overlap), for tests and metrics.
+  std::size_t launched_during_backward() const { return launched_in_backward_; }
+
+ private:
+  struct Bucket {
+    std::int64_t begin = 0, end = 0;  // element range of the flat gradient
+    std::vector<std::size_t> slots;
+    std::size_t pending = 0;
+    at::Tensor wire;  // the slice, or a copy in the wire dtype
+    std::shared_ptr<dist::Work> work;
+  };
+  void on_ready(std::size_t slot);
+  void launch(Bucket& bucket);
+
+  FlatParameters& flat_;
+  dist::Communicator& comm_;
+  c10::ScalarType wire_dtype_;
+  std::vector<Bucket> buckets_;
+  std::vector<std::size_t> bucket_of_slot_;
+  std::vector<std::shared_ptr<void>> accumulators_;  // keeps the hooked AccumulateGrad nodes alive
+  bool armed_ = false;
+  bool finishing_ = false;
+  std::size_t launched_in_backward_ = 0;
+};
+
+}  // namespace ft::parallel
