@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # The main job of the README: install what is missing, build, fine-tune a LoRA adapter on the
-# bundled TinyStories model with the bundled instruction data (well under a minute on 2 cores),
+# bundled TinyStories model with the bundled instruction data on 2 ranks (Gloo, one per core),
 # then generate with the base model plus the new adapter.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 scripts/build.sh
 rm -rf runs/tiny_lora
-./build/bin/ft_train configs/tiny_lora.json
+./build/bin/ft_launch --nproc_per_node 2 ./build/bin/ft_train configs/tiny_lora.json
 ./build/bin/ft_generate --model tests/data/stories260K --adapter runs/tiny_lora/adapter --template alpaca \
   --prompt "Give three tips for staying healthy." --temperature 0 --max-new-tokens 60 --threads 1

@@ -75,6 +75,7 @@ Schema make_schema() {
       ranged(key("parallel.bucket_mb", kNum, Json(25), "gradient bucket size in MiB"), 0, std::nullopt, true),
       choice("parallel.grad_comm_dtype", {"fp32", "bf16", "fp16"}, "fp32", "dtype gradients travel in"),
       key("parallel.offload_optimizer", kBool, Json(false), "keep optimizer state in host memory"),
+      key("parallel.overlap_grad_reduce", kBool, Json(true), "reduce gradient buckets during backward"),
       ranged(key("parallel.timeout_s", kNum, Json(300), "seconds before a collective or rendezvous fails"), 0,
              std::nullopt, true),
       ranged(aka(key("train.global_batch_size", kInt, kRequired, "sequences per optimizer step over all ranks"),
@@ -164,6 +165,7 @@ RunConfig parse_run_config(Json config, const std::string& source, const std::ve
   c.parallel.bucket_mb = p["bucket_mb"];
   c.parallel.grad_comm_dtype = p["grad_comm_dtype"];
   c.parallel.offload_optimizer = p["offload_optimizer"];
+  c.parallel.overlap_grad_reduce = p["overlap_grad_reduce"];
   c.parallel.timeout_s = p["timeout_s"];
   const Json& t = r["train"];
   c.train.global_batch_size = t["global_batch_size"];

@@ -52,6 +52,7 @@ struct ParallelConfig {
   double bucket_mb = 25;
   std::string grad_comm_dtype = "fp32";  // fp32|bf16|fp16
   bool offload_optimizer = false;
+  bool overlap_grad_reduce = true;  // false: all buckets after backward (for measuring the overlap)
   double timeout_s = 300;
 };
 

@@ -15,7 +15,7 @@ void DdpStrategy::setup(NamedParameters params) {
   for (auto& [name, p] : params) tensors.push_back(p);
   flat_ = std::make_unique<FlatParameters>(std::move(params));
   buckets_ = std::make_unique<GradBuckets>(*flat_, std::move(tensors), comm_, options_.bucket_mb,
-                                           options_.grad_comm_dtype);
+                                           options_.grad_comm_dtype, options_.overlap_grad_reduce);
   // Every rank starts from rank 0's weights (LoRA init or a loaded model may differ by rank).
   comm_.broadcast(flat_->values(), 0)->wait();
   master_ = flat_->values().scalar_type() == torch::kFloat ? flat_->values() : flat_->values().to(torch::kFloat);
@@ -25,7 +25,11 @@ void DdpStrategy::setup(NamedParameters params) {
 
 void DdpStrategy::before_backward(bool sync) { buckets_->arm(sync); }
 
-void DdpStrategy::finish_gradients() { times_.communication += buckets_->finish(); }
+void DdpStrategy::finish_gradients() {
+  times_.communication += buckets_->finish();
+  if (comm_.world_size() > 1)
+    times_.bytes_reduced += static_cast<double>(flat_->numel()) * c10::elementSize(options_.grad_comm_dtype);
+}
 
 double DdpStrategy::grad_sum_of_squares() {
   return optim::local_sum_of_squares({flat_->grads()}).item<double>();
@@ -63,6 +67,7 @@ StrategyOptions strategy_options(const config::RunConfig& c) {
                       : c.parallel.grad_comm_dtype == "fp16" ? torch::kHalf
                                                               : torch::kFloat;
   o.offload_optimizer = c.parallel.offload_optimizer;
+  o.overlap_grad_reduce = c.parallel.overlap_grad_reduce;
   return o;
 }
 

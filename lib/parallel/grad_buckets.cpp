@@ -24,8 +24,8 @@ struct AfterAccumulate : torch::autograd::FunctionPostHook {
 }  // namespace
 
 GradBuckets::GradBuckets(FlatParameters& flat, std::vector<at::Tensor> params, dist::Communicator& comm,
-                         double bucket_mb, c10::ScalarType wire_dtype)
-    : flat_(flat), comm_(comm), wire_dtype_(wire_dtype) {
+                         double bucket_mb, c10::ScalarType wire_dtype, bool overlap)
+    : flat_(flat), comm_(comm), wire_dtype_(wire_dtype), overlap_(overlap) {
   const auto& slots = flat.slots();
   FT_ASSERT(params.size() == slots.size(), "one parameter per flat slot");
   const std::int64_t bucket_elements =
@@ -67,7 +67,7 @@ void GradBuckets::on_ready(std::size_t slot) {
   if (!armed_) return;
   Bucket& b = buckets_[bucket_of_slot_[slot]];
   FT_ASSERT(b.pending > 0, "a parameter's gradient arrived twice in one backward: ", flat_.slots()[slot].name);
-  if (--b.pending == 0) {
+  if (--b.pending == 0 && overlap_) {
     launch(b);
     if (!finishing_) ++launched_in_backward_;
   }

@@ -19,7 +19,7 @@ namespace ft::parallel {
 class GradBuckets {
  public:
   GradBuckets(FlatParameters& flat, std::vector<at::Tensor> params, dist::Communicator& comm, double bucket_mb,
-              c10::ScalarType wire_dtype);
+              c10::ScalarType wire_dtype, bool overlap = true);
   ~GradBuckets();
 
   // Arms the hooks for the coming backward (sync) or disarms them (accumulation micro-batch).
@@ -49,6 +49,7 @@ class GradBuckets {
   std::vector<Bucket> buckets_;
   std::vector<std::size_t> bucket_of_slot_;
   std::vector<std::shared_ptr<void>> accumulators_;  // keeps the hooked AccumulateGrad nodes alive
+  bool overlap_;
   bool armed_ = false;
   bool finishing_ = false;
   std::size_t launched_in_backward_ = 0;

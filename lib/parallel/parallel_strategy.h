@@ -26,6 +26,7 @@ struct StrategyOptions {
   double bucket_mb = 25;
   c10::ScalarType grad_comm_dtype = c10::ScalarType::Float;
   bool offload_optimizer = false;
+  bool overlap_grad_reduce = true;
 };
 
 StrategyOptions strategy_options(const config::RunConfig& config);
@@ -34,6 +35,7 @@ StrategyOptions strategy_options(const config::RunConfig& config);
 struct StepTimes {
   double communication = 0;  // waiting for collectives
   double optimizer = 0;      // AdamW and parameter refresh
+  double bytes_reduced = 0;  // payload handed to collectives this step (before the algorithm's factor)
 };
 
 class ParallelStrategy {

@@ -176,6 +176,7 @@ TrainSummary run_training(const config::RunConfig& c, dist::Communicator& comm, 
                                {"compute", compute_s - times.communication},
                                {"communication", times.communication},
                                {"optimizer", times.optimizer}}},
+                     {"comm_bytes", times.bytes_reduced},
                      {"peak_memory_bytes", peak_rss_bytes()},
                      {"skipped", !finite}};
       metrics.write(record);

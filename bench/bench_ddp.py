@@ -1,0 +1,81 @@
+#!/usr/bin/env python3
+"""DDP numbers: 2 ranks x 1 thread against 1 rank x 1 thread, for the tiny LoRA config and for a
+full-parameter fine-tune of a random ~50M-parameter LLaMA; per step, the time spent waiting on
+gradient communication with and without overlap; the bytes each rank sends per step with fp32
+and bf16 gradients. Runs the real binaries (ft_launch, ft_train) and reads metrics.jsonl.
+    /usr/bin/python3 bench/bench_ddp.py [--build build] [--steps 6]
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+
+def run_train(build, ranks, config, overrides, run_dir):
+    cmd = [os.path.join(build, "bin/ft_train"), config, "--set", f"run_dir={run_dir}"]
+    for o in overrides:
+        cmd += ["--set", o]
+    if ranks > 1:
+        cmd = [os.path.join(build, "bin/ft_launch"), "--nproc_per_node", str(ranks)] + cmd
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    if r.returncode != 0:
+        sys.exit(f"bench_ddp: {' '.join(cmd)} failed:\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}")
+    steps = [json.loads(l) for l in open(os.path.join(run_dir, "metrics.jsonl")) if '"loss"' in l]
+    steps = steps[1:] if len(steps) > 2 else steps  # the first step pays for warm-up
+    return {
+        "tokens_per_s": statistics.median(s["tokens_per_s"] for s in steps),
+        "step_s": statistics.median(s["time"]["step"] for s in steps),
+        "comm_s": statistics.median(s["time"]["communication"] for s in steps),
+        "comm_bytes": steps[-1].get("comm_bytes", 0),
+    }
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--build", default="build")
+    parser.add_argument("--steps", type=int, default=6)
+    args = parser.parse_args()
+    tmp = tempfile.mkdtemp(prefix="bench_ddp_")
+    model50 = os.path.join(tmp, "model50m")
+    subprocess.run([os.path.join(args.build, "bin/make_random_model"), "--out", model50], check=True,
+                   capture_output=True)
+    full = os.path.join(tmp, "full.json")
+    json.dump({"run_dir": "unused", "model": {"path": model50},
+               "data": {"train": "tests/data/datasets/alpaca_train.json", "max_seq_len": 128},
+               "train": {"global_batch_size": 8, "micro_batch_size": 4, "lr": 1e-4, "threads": 1,
+                         "max_steps": args.steps},
+               "log": {"every_steps": 1}}, open(full, "w"))
+    common = [f"train.max_steps={args.steps}", "log.every_steps=1", "log.eval_every_steps=0", "data.eval=",
+              "train.threads=1"]
+    rows = []
+
+    def case(name, ranks, config, extra):
+        r = run_train(args.build, ranks, config, common + extra, os.path.join(tmp, f"run{len(rows)}"))
+        rows.append((name, ranks, r))
+        print(f"{name:<44} ranks {ranks}: {r['tokens_per_s']:9.0f} tokens/s, step {r['step_s']:.3f} s, "
+              f"waiting on communication {r['comm_s']:.3f} s, all-reduce payload {r['comm_bytes'] / 1e6:.1f} MB",
+              flush=True)
+        return r
+
+    one = case("tiny_lora (LoRA 46K trainable)", 1, "configs/tiny_lora.json", ["train.micro_batch_size=8"])
+    two = case("tiny_lora (LoRA 46K trainable)", 2, "configs/tiny_lora.json", ["train.micro_batch_size=4"])
+    print(f"  -> 2-rank / 1-rank throughput: {two['tokens_per_s'] / one['tokens_per_s']:.2f}x")
+    one = case("full fine-tune, 50M parameters, fp32", 1, full, ["train.micro_batch_size=8"])
+    two = case("full fine-tune, 50M parameters, fp32 grads, overlap", 2, full, ["train.micro_batch_size=4"])
+    no = case("full fine-tune, 50M parameters, fp32 grads, no overlap", 2, full,
+              ["train.micro_batch_size=4", "parallel.overlap_grad_reduce=false"])
+    bf = case("full fine-tune, 50M parameters, bf16 grads, overlap", 2, full,
+              ["train.micro_batch_size=4", "parallel.grad_comm_dtype=bf16"])
+    print(f"  -> 2-rank / 1-rank throughput: {two['tokens_per_s'] / one['tokens_per_s']:.2f}x")
+    print(f"  -> waiting on communication per step: {two['comm_s']:.3f} s with overlap, {no['comm_s']:.3f} s without")
+    # A ring all-reduce sends 2 (W-1)/W of the payload per rank (Gloo's measured factor: tests/dist).
+    for name, r in (("fp32", two), ("bf16", bf)):
+        print(f"  -> bytes sent per rank per step, {name} gradients: {r['comm_bytes'] * 2 * (2 - 1) / 2 / 1e6:.1f} MB")
+
+
+if __name__ == "__main__":
+    main()
