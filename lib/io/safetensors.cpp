@@ -1,6 +1,10 @@
 #include "io/safetensors.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <limits>
 #include <unordered_set>
@@ -190,6 +194,46 @@ std::string safetensors_header_json(const NamedTensors& tensors,
   // Pad with spaces so that 8 + len is a multiple of 8: the data then starts aligned.
   text.append((8 - (8 + text.size()) % 8) % 8, ' ');
   return text;
+}
+
+SafetensorsStreamWriter::SafetensorsStreamWriter(const std::string& path, std::vector<Entry> entries,
+                                                 const std::map<std::string, std::string>& metadata)
+    : path_(path), tmp_(path + ".tmp." + std::to_string(::getpid())), entries_(std::move(entries)) {
+  NamedTensors shapes_only;  // zero-strided stand-ins: only dtype and shape are read
+  for (const Entry& e : entries_)
+    shapes_only.emplace_back(e.name, torch::empty({}, torch::TensorOptions().dtype(e.dtype)).expand(e.shape));
+  const std::string header = safetensors_header_json(shapes_only, metadata);
+  fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  FT_CHECK(fd_ >= 0, tmp_, ": cannot create: ", std::strerror(errno));
+  const std::uint64_t len = header.size();
+  write_all(fd_, &len, sizeof(len), tmp_);
+  write_all(fd_, header.data(), header.size(), tmp_);
+}
+
+SafetensorsStreamWriter::~SafetensorsStreamWriter() {
+  if (fd_ >= 0) {
+    ::close(fd_);
+    ::unlink(tmp_.c_str());
+  }
+}
+
+void SafetensorsStreamWriter::write(const std::string& name, const at::Tensor& tensor) {
+  FT_ASSERT(next_ < entries_.size() && entries_[next_].name == name, "tensors written in the declared order: ", name);
+  const Entry& e = entries_[next_++];
+  FT_CHECK(tensor.sizes() == at::IntArrayRef(e.shape), path_, ": tensor '", name, "' has shape ", tensor.sizes(),
+           ", declared ", at::IntArrayRef(e.shape));
+  at::Tensor cpu = tensor.detach().to(torch::kCPU, e.dtype).contiguous();
+  if (cpu.nbytes() > 0) write_all(fd_, cpu.data_ptr(), cpu.nbytes(), tmp_);
+}
+
+void SafetensorsStreamWriter::finish() {
+  FT_ASSERT(next_ == entries_.size(), "every declared tensor written before finish()");
+  FT_CHECK(::fsync(fd_) == 0, tmp_, ": fsync failed: ", std::strerror(errno));
+  ::close(fd_);
+  fd_ = -1;
+  FT_CHECK(::rename(tmp_.c_str(), path_.c_str()) == 0, path_, ": cannot rename ", tmp_, " into place: ",
+           std::strerror(errno));
+  fsync_directory(parent_directory(path_));
 }
 
 void write_safetensors(const std::string& path, const NamedTensors& tensors,

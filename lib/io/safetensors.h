@@ -80,6 +80,31 @@ using NamedTensors = std::vector<std::pair<std::string, at::Tensor>>;
 void write_safetensors(const std::string& path, const NamedTensors& tensors,
                        const std::map<std::string, std::string>& metadata = {});
 
+// Writes a safetensors file tensor by tensor, so that a model gathered one layer at a time is
+// never whole in memory: the header is written from the declared names, dtypes and shapes, then
+// each tensor's bytes in the declared order. finish() fsyncs and renames into place atomically;
+// a writer destroyed before finish() leaves no file.
+class SafetensorsStreamWriter {
+ public:
+  struct Entry {
+    std::string name;
+    c10::ScalarType dtype;
+    std::vector<std::int64_t> shape;
+  };
+  SafetensorsStreamWriter(const std::string& path, std::vector<Entry> entries,
+                          const std::map<std::string, std::string>& metadata = {});
+  ~SafetensorsStreamWriter();
+  // The next declared tensor (any device; converted to the declared dtype).
+  void write(const std::string& name, const at::Tensor& tensor);
+  void finish();
+
+ private:
+  std::string path_, tmp_;
+  std::vector<Entry> entries_;
+  std::size_t next_ = 0;
+  int fd_ = -1;
+};
+
 // The header JSON write_safetensors would produce (without the 8-byte length), for tests.
 std::string safetensors_header_json(const NamedTensors& tensors,
                                     const std::map<std::string, std::string>& metadata);

@@ -8,6 +8,7 @@
 #include <torch/nn/modules/container/modulelist.h>
 #include <torch/nn/pimpl.h>
 
+#include <functional>
 #include <vector>
 
 #include "io/hf_config.h"
@@ -20,6 +21,18 @@ namespace ft::model {
 
 class KvCache;
 
+// What a decoder layer needs besides its input, computed once per forward.
+struct LayerInputs {
+  torch::Tensor cos, sin;  // rotary tables [B,T,hd]
+  torch::Tensor bias;      // additive attention bias
+  KvCache* cache = nullptr;
+};
+
+// Runs decoder layer `index` on `x`: the hook that activation checkpointing (recompute in
+// backward) and FSDP (gather the layer's parameters around it) plug into. Empty = call the layer.
+using LayerRunner = std::function<torch::Tensor(std::size_t index, DecoderLayer& layer, const torch::Tensor& x,
+                                                const LayerInputs& inputs)>;
+
 struct ForwardOptions {
   // [B,T] int64; default: past + 0..T-1 for every row.
   torch::Tensor position_ids;
@@ -27,6 +40,7 @@ struct ForwardOptions {
   torch::Tensor segment_ids;
   // Incremental decoding: read and extend this cache (no segment ids then).
   KvCache* cache = nullptr;
+  LayerRunner layer_runner;
 };
 
 class LlamaModelImpl : public torch::nn::Module {

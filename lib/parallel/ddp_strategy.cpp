@@ -50,6 +50,20 @@ void DdpStrategy::step(double lr, double clip_coef) {
 
 void DdpStrategy::skip_step() { flat_->zero_grads(); }
 
+MemoryReport DdpStrategy::memory() const {
+  MemoryReport m;
+  m.parameters = flat_->values().nbytes();
+  m.gradients = flat_->grads().nbytes();
+  const auto state = optimizer_->state();
+  m.optimizer = state.exp_avg.nbytes() + state.exp_avg_sq.nbytes() + (master_.is_same(flat_->values()) ? 0 : master_.nbytes());
+  return m;
+}
+
+void DdpStrategy::for_each_full_parameter(const std::function<void(const std::string&, const at::Tensor&)>& fn) {
+  if (!comm_.is_root()) return;  // every rank holds the same full parameters
+  for (const FlatSlot& s : flat_->slots()) fn(s.name, flat_->values().narrow(0, s.offset, s.numel).view(s.shape));
+}
+
 StepTimes DdpStrategy::take_step_times() {
   StepTimes t = times_;
   times_ = {};

@@ -24,6 +24,8 @@ class DdpStrategy : public ParallelStrategy {
   void skip_step() override;
   StepTimes take_step_times() override;
   optim::AdamW& optimizer() override { return *optimizer_; }
+  MemoryReport memory() const override;
+  void for_each_full_parameter(const std::function<void(const std::string&, const at::Tensor&)>& fn) override;
 
   FlatParameters& flat() { return *flat_; }
 

@@ -15,6 +15,7 @@
 
 #include "config/run_config.h"
 #include "dist/communicator.h"
+#include "model/llama_model.h"
 #include "optim/adamw.h"
 
 namespace ft::parallel {
@@ -36,6 +37,16 @@ struct StepTimes {
   double communication = 0;  // waiting for collectives
   double optimizer = 0;      // AdamW and parameter refresh
   double bytes_reduced = 0;  // payload handed to collectives this step (before the algorithm's factor)
+};
+
+// Bytes this rank holds for training state, counted from the tensors the strategy owns (the
+// memory test compares them with the ZeRO paper's formulas).
+struct MemoryReport {
+  std::int64_t parameters = 0;        // model weights in the compute dtype (trainable, this rank's share)
+  std::int64_t gradients = 0;         // gradient buffers
+  std::int64_t optimizer = 0;         // fp32 master weights + AdamW state on the device
+  std::int64_t host_optimizer = 0;    // the same in host memory (optimizer offload)
+  std::int64_t gathered = 0;          // transient full copies (FSDP's gathered layers), at peak
 };
 
 class ParallelStrategy {
@@ -61,6 +72,17 @@ class ParallelStrategy {
   virtual StepTimes take_step_times() = 0;
   // The optimizer of this rank (its shard), for checkpoints.
   virtual optim::AdamW& optimizer() = 0;
+
+  // The hook the model's forward runs each decoder layer through (FSDP gathers the layer's
+  // parameters around it; with activation checkpointing the layer is recomputed in backward).
+  // The default: checkpointing or nothing.
+  virtual model::LayerRunner layer_runner(bool activation_checkpointing);
+  // Before each forward (FSDP gathers the parameters outside the layers).
+  virtual void before_forward() {}
+  virtual MemoryReport memory() const = 0;
+  // Collective: every trainable parameter whole, in model order, one at a time or one layer at
+  // a time (never the whole model twice); `fn` is called on rank 0 only.
+  virtual void for_each_full_parameter(const std::function<void(const std::string&, const at::Tensor&)>& fn) = 0;
 };
 
 std::unique_ptr<ParallelStrategy> make_strategy(const config::RunConfig& config, dist::Communicator& comm);

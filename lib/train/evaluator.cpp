@@ -10,7 +10,7 @@
 namespace ft::train {
 
 EvalResult evaluate(model::LlamaForCausalLM& model, const data::TokenFile& file, std::int64_t micro_batch_size,
-                    std::int64_t max_seq_len, bool packing, dist::Communicator& comm) {
+                    std::int64_t max_seq_len, bool packing, dist::Communicator& comm, const ForwardHooks& hooks) {
   torch::NoGradGuard no_grad;
   const bool was_training = model->is_training();
   model->eval();
@@ -30,6 +30,8 @@ EvalResult evaluate(model::LlamaForCausalLM& model, const data::TokenFile& file,
     if (dummy) items.push_back(0);
     data::Batch batch = data::collate(view, items);
     model::ForwardOptions options;
+    options.layer_runner = hooks.layer_runner;
+    if (hooks.before_forward) hooks.before_forward();
     options.position_ids = batch.position_ids.to(device);
     options.segment_ids = batch.segment_ids.to(device);
     model::LossSum loss = model::causal_lm_loss(model(batch.input_ids.to(device), options), batch.labels.to(device));

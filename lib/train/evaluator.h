@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 
 #include "data/token_file.h"
 #include "dist/communicator.h"
@@ -18,7 +19,13 @@ struct EvalResult {
   std::int64_t tokens = 0;
 };
 
+// How the strategy wants forwards run (FSDP gathers parameters around layers).
+struct ForwardHooks {
+  model::LayerRunner layer_runner;
+  std::function<void()> before_forward;
+};
+
 EvalResult evaluate(model::LlamaForCausalLM& model, const data::TokenFile& file, std::int64_t micro_batch_size,
-                    std::int64_t max_seq_len, bool packing, dist::Communicator& comm);
+                    std::int64_t max_seq_len, bool packing, dist::Communicator& comm, const ForwardHooks& hooks = {});
 
 }  // namespace ft::train

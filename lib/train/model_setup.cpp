@@ -49,20 +49,35 @@ TrainableModel build_trainable_model(const config::RunConfig& c, const data::Tok
   return tm;
 }
 
-void save_result(const config::RunConfig& c, TrainableModel& tm, const data::Tokenizer& tokenizer) {
+void save_result(const config::RunConfig& c, TrainableModel& tm, parallel::ParallelStrategy& strategy,
+                 dist::Communicator& comm, const data::Tokenizer& tokenizer) {
+  const bool root = comm.is_root();
   if (tm.lora) {
+    // Sharded strategies hold the LoRA weights in shards: write them into the model first.
+    strategy.for_each_full_parameter([&](const std::string& name, const at::Tensor& value) {
+      torch::NoGradGuard no_grad;
+      for (auto& [n, p] : tm.trainable)
+        if (n == name && !p.is_same(value)) p.copy_(value);
+    });
+    if (!root) return;
     const std::string dir = join_path(c.run_dir, "adapter");
     model::save_adapter(tm.model, *tm.lora, dir, c.model.path);
     log::info("adapter written to ", dir);
     return;
   }
-  // Full fine-tune: an HF folder in the compute dtype; a tied head is not written (as
-  // transformers' save_pretrained does).
+  // Full fine-tune: an HF folder in the compute dtype, streamed one parameter at a time as the
+  // strategy gathers them; a tied head is not written (as transformers' save_pretrained does).
   const std::string dir = join_path(c.run_dir, "model");
-  make_directories(dir);
-  io::NamedTensors tensors;
-  for (auto& p : tm.model->named_parameters()) tensors.emplace_back(p.key(), p.value().detach());
-  io::write_safetensors(join_path(dir, "model.safetensors"), tensors);
+  std::unique_ptr<io::SafetensorsStreamWriter> writer;
+  if (root) {
+    make_directories(dir);
+    std::vector<io::SafetensorsStreamWriter::Entry> entries;
+    for (auto& [name, p] : tm.trainable) entries.push_back({name, compute_dtype(c), p.sizes().vec()});
+    writer = std::make_unique<io::SafetensorsStreamWriter>(join_path(dir, "model.safetensors"), entries);
+  }
+  strategy.for_each_full_parameter([&](const std::string& name, const at::Tensor& value) { writer->write(name, value); });
+  if (!root) return;
+  writer->finish();
   write_file_atomic(join_path(dir, "config.json"), tm.model->config().to_json(compute_dtype(c)).dump(2) + "\n");
   for (const char* name : {"tokenizer_config.json", "special_tokens_map.json", "generation_config.json"}) {
     const std::string from = join_path(c.model.path, name);

@@ -28,7 +28,9 @@ c10::ScalarType compute_dtype(const config::RunConfig& config);
 TrainableModel build_trainable_model(const config::RunConfig& config, const data::Tokenizer& tokenizer,
                                      c10::Device device = c10::kCPU);
 
-// Rank 0, after training: the adapter (LoRA) or the whole model (full fine-tune).
-void save_result(const config::RunConfig& config, TrainableModel& model, const data::Tokenizer& tokenizer);
+// After training, on every rank (collective for sharded strategies; rank 0 writes): the adapter
+// (LoRA) or the whole model (full fine-tune), gathered one parameter group at a time.
+void save_result(const config::RunConfig& config, TrainableModel& model, parallel::ParallelStrategy& strategy,
+                 dist::Communicator& comm, const data::Tokenizer& tokenizer);
 
 }  // namespace ft::train

@@ -43,8 +43,6 @@ Json eval_record(std::int64_t step, const EvalResult& r) {
 void check_supported(const config::RunConfig& c) {
   FT_CHECK(c.model.quantize == "none", "model.quantize \"", c.model.quantize,
            "\" is not implemented in this build yet (use \"none\")");
-  FT_CHECK(!c.train.activation_checkpointing,
-           "train.activation_checkpointing is not implemented in this build yet (set it to false)");
   FT_CHECK(c.checkpoint.every_steps == 0,
            "checkpoint.every_steps is not implemented in this build yet (set it to 0: the result is written at the end)");
 }
@@ -72,6 +70,8 @@ TrainSummary run_training(const config::RunConfig& c, dist::Communicator& comm, 
   TrainableModel tm = build_trainable_model(c, tokenizer, device);
   auto strategy = parallel::make_strategy(c, comm);
   strategy->setup(tm.trainable);
+  const ForwardHooks hooks{strategy->layer_runner(c.train.activation_checkpointing),
+                           [&strategy] { strategy->before_forward(); }};
 
   const std::int64_t world = comm.world_size();
   const std::int64_t accumulation = config::gradient_accumulation_steps(c.train.global_batch_size,
@@ -98,7 +98,8 @@ TrainSummary run_training(const config::RunConfig& c, dist::Communicator& comm, 
   summary.first_eval_loss = summary.final_eval_loss = NAN;
   auto run_eval = [&](std::int64_t step) {
     if (!eval_file) return;
-    EvalResult r = evaluate(tm.model, *eval_file, c.train.micro_batch_size, c.data.max_seq_len, c.data.packing, comm);
+    EvalResult r =
+        evaluate(tm.model, *eval_file, c.train.micro_batch_size, c.data.max_seq_len, c.data.packing, comm, hooks);
     metrics.write(eval_record(step, r));
     progress.print(str("step ", step, ": eval loss ", r.loss, ", perplexity ", r.perplexity));
     if (std::isnan(summary.first_eval_loss)) summary.first_eval_loss = r.loss;
@@ -132,7 +133,9 @@ TrainSummary run_training(const config::RunConfig& c, dist::Communicator& comm, 
     for (std::size_t m = 0; m < data.micro_batches.size(); ++m) {
       const data::Batch& b = data.micro_batches[m];
       strategy->before_backward(m + 1 == data.micro_batches.size());
+      strategy->before_forward();
       model::ForwardOptions options;
+      options.layer_runner = hooks.layer_runner;
       options.position_ids = b.position_ids.to(device);
       options.segment_ids = b.segment_ids.to(device);
       model::LossSum loss = model::causal_lm_loss(tm.model(b.input_ids.to(device), options), b.labels.to(device));
@@ -189,7 +192,7 @@ TrainSummary run_training(const config::RunConfig& c, dist::Communicator& comm, 
   progress.finish();
   summary.seconds = run_clock.seconds();
 
-  if (root) save_result(c, tm, tokenizer);
+  save_result(c, tm, *strategy, comm, tokenizer);
   comm.barrier();
   log::info("done: ", summary.steps, " steps in ", summary.seconds, " s; final loss ", summary.final_loss,
             std::isnan(summary.final_eval_loss) ? std::string() : str(", eval loss ", summary.first_eval_loss, " -> ",

@@ -179,3 +179,32 @@ TEST(Safetensors, RandomHeaderMutationsNeverCrash) {
 
 }  // namespace
 }  // namespace ft::io
+
+namespace ft::io {
+namespace {
+
+TEST(SafetensorsStream, SameBytesAsTheWholeFileWriter) {
+  test::TempDir dir;
+  NamedTensors tensors = {{"a", torch::arange(6, torch::kFloat).reshape({2, 3})},
+                          {"b", torch::ones({4}, torch::kBFloat16)},
+                          {"s", torch::tensor(2.0).reshape({})}};
+  write_safetensors(dir.file("whole.safetensors"), tensors);
+  std::vector<SafetensorsStreamWriter::Entry> entries;
+  for (auto& [name, t] : tensors) entries.push_back({name, t.scalar_type(), t.sizes().vec()});
+  {
+    SafetensorsStreamWriter w(dir.file("stream.safetensors"), entries);
+    for (auto& [name, t] : tensors) w.write(name, t.to(torch::kDouble));  // converted to the declared dtype
+    w.finish();
+  }
+  EXPECT_EQ(read_file(dir.file("stream.safetensors")), read_file(dir.file("whole.safetensors")));
+  {
+    SafetensorsStreamWriter w(dir.file("abandoned.safetensors"), entries);
+    w.write("a", tensors[0].second);
+  }
+  EXPECT_FALSE(file_exists(dir.file("abandoned.safetensors")));
+  SafetensorsStreamWriter w(dir.file("x.safetensors"), entries);
+  EXPECT_FT_ERROR(w.write("a", torch::zeros({3, 2})), "tensor 'a' has shape [3, 2], declared [2, 3]");
+}
+
+}  // namespace
+}  // namespace ft::io

@@ -8,6 +8,7 @@
 #include "config/run_config.h"
 #include "dist/communicator.h"
 #include "io/peft_adapter.h"
+#include "model/model_loader.h"
 #include "test_support.h"
 #include "train/trainer.h"
 #include "util/file_util.h"
@@ -103,6 +104,23 @@ TEST(Trainer, NonFiniteLossStopsOrSkips) {
   for (const Json& m : metrics)
     if (m.contains("skipped") && m["skipped"].get<bool>()) any_skipped = true;
   EXPECT_TRUE(any_skipped);
+}
+
+TEST(Trainer, FullFineTuneWritesAModelFtGenerateLoads) {
+  test::TempDir dir;
+  Json config = tiny(dir.path());
+  config.erase("lora");
+  TrainSummary s = train(config, {"train.lr=1e-3", "train.max_steps=10"});
+  EXPECT_LT(s.final_eval_loss, s.first_eval_loss);
+  auto tuned = model::load_llama(join_path(dir.path(), "model"));
+  auto base = model::load_llama(test::data_path("stories260K"));
+  EXPECT_EQ(tuned->named_parameters().size(), base->named_parameters().size());  // tied: no lm_head
+  torch::NoGradGuard g;
+  auto ids = torch::tensor({1, 403, 407}).unsqueeze(0);
+  EXPECT_GT(test::max_abs_diff(tuned(ids), base(ids)), 1e-3);
+  auto r = test::run_command(test::bin_path("ft_generate") + " --threads 1 --model " + join_path(dir.path(), "model") +
+                             " --prompt 'Once' --temperature 0 --max-new-tokens 5");
+  EXPECT_EQ(r.exit_code, 0);
 }
 
 TEST(Trainer, ContinuesFromAnAdapter) {
