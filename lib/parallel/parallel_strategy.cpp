@@ -1,11 +1,11 @@
 #include "parallel/parallel_strategy.h"
 
-#include "util/error.h"
+#include "model/activation_checkpoint.h"
 
 namespace ft::parallel {
 
 model::LayerRunner ParallelStrategy::layer_runner(bool activation_checkpointing) {
-  FT_CHECK(!activation_checkpointing, "train.activation_checkpointing is not implemented in this build yet");
+  if (activation_checkpointing) return model::activation_checkpointing_runner();
   return {};
 }
 
