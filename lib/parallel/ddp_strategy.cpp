@@ -2,7 +2,11 @@
 
 #include <torch/torch.h>
 
+#include <cstdlib>
+#include <thread>
+
 #include "optim/grad_clip.h"
+#include "parallel/zero_strategy.h"
 #include "util/error.h"
 #include "util/timer.h"
 
@@ -18,9 +22,8 @@ void DdpStrategy::setup(NamedParameters params) {
                                            options_.grad_comm_dtype, options_.overlap_grad_reduce);
   // Every rank starts from rank 0's weights (LoRA init or a loaded model may differ by rank).
   comm_.broadcast(flat_->values(), 0)->wait();
-  master_ = flat_->values().scalar_type() == torch::kFloat ? flat_->values() : flat_->values().to(torch::kFloat);
-  optimizer_ = std::make_unique<optim::AdamW>(master_.numel(), flat_->decay_segments(), options_.adamw,
-                                              master_.device());
+  const bool alias = flat_->values().scalar_type() == torch::kFloat && !options_.offload_optimizer;
+  shard_ = std::make_unique<OptimizerShard>(flat_->values(), alias, flat_->decay_segments(), options_);
 }
 
 void DdpStrategy::before_backward(bool sync) { buckets_->arm(sync); }
@@ -37,13 +40,8 @@ double DdpStrategy::grad_sum_of_squares() {
 
 void DdpStrategy::step(double lr, double clip_coef) {
   Stopwatch watch;
-  at::Tensor grad = flat_->grads().scalar_type() == torch::kFloat ? flat_->grads() : flat_->grads().to(torch::kFloat);
-  if (clip_coef != 1.0) grad.mul_(clip_coef);
-  optimizer_->step(master_, grad, lr);
-  if (!master_.is_same(flat_->values())) {
-    torch::NoGradGuard no_grad;
-    flat_->values().copy_(master_);
-  }
+  shard_->step(shard_->fp32_gradient({flat_->grads()}), lr, clip_coef);
+  if (!shard_->aliased()) shard_->copy_master_to(flat_->values());
   flat_->zero_grads();
   times_.optimizer += watch.seconds();
 }
@@ -54,8 +52,8 @@ MemoryReport DdpStrategy::memory() const {
   MemoryReport m;
   m.parameters = flat_->values().nbytes();
   m.gradients = flat_->grads().nbytes();
-  const auto state = optimizer_->state();
-  m.optimizer = state.exp_avg.nbytes() + state.exp_avg_sq.nbytes() + (master_.is_same(flat_->values()) ? 0 : master_.nbytes());
+  (shard_->offloaded() ? m.host_optimizer : m.optimizer) = shard_->state_bytes();
+  m.host_gradients = shard_->host_gradient_bytes();
   return m;
 }
 
@@ -82,13 +80,21 @@ StrategyOptions strategy_options(const config::RunConfig& c) {
                                                               : torch::kFloat;
   o.offload_optimizer = c.parallel.offload_optimizer;
   o.overlap_grad_reduce = c.parallel.overlap_grad_reduce;
+  // The trainer's rule for train.threads: 0 = the cores shared by this node's ranks.
+  const char* local = std::getenv("LOCAL_WORLD_SIZE");
+  const int local_ranks = local != nullptr ? std::max(1, std::atoi(local)) : 1;
+  o.host_threads = c.train.threads > 0 ? static_cast<int>(c.train.threads)
+                                       : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / local_ranks);
   return o;
 }
 
 std::unique_ptr<ParallelStrategy> make_strategy(const config::RunConfig& c, dist::Communicator& comm) {
   const StrategyOptions options = strategy_options(c);
   if (c.parallel.strategy == "ddp") return std::make_unique<DdpStrategy>(comm, options);
-  FT_CHECK(false, "parallel.strategy \"", c.parallel.strategy, "\" is not available yet in this build (use \"ddp\")");
+  if (c.parallel.strategy == "zero1") return std::make_unique<ZeroStrategy>(1, comm, options);
+  if (c.parallel.strategy == "zero2") return std::make_unique<ZeroStrategy>(2, comm, options);
+  FT_CHECK(false, "parallel.strategy \"", c.parallel.strategy,
+           "\" is not available yet in this build (use \"ddp\", \"zero1\" or \"zero2\")");
   return nullptr;
 }
 

@@ -9,17 +9,40 @@ namespace ft::parallel {
 FlatParameters::FlatParameters(std::vector<std::pair<std::string, at::Tensor>> params, std::int64_t align)
     : params_(std::move(params)) {
   FT_CHECK(!params_.empty(), "there are no trainable parameters");
+  FT_ASSERT(align >= 1, "align >= 1, got ", align);
+  std::vector<std::int64_t> offsets;
+  std::int64_t used = 0;
+  for (const auto& [name, p] : params_) {
+    offsets.push_back(used);
+    used += p.numel();
+  }
+  build(offsets, (used + align - 1) / align * align, /*with_grads=*/true);
+}
+
+FlatParameters::FlatParameters(std::vector<std::pair<std::string, at::Tensor>> params,
+                               const std::vector<std::int64_t>& offsets, std::int64_t numel, bool with_grads)
+    : params_(std::move(params)) {
+  FT_CHECK(!params_.empty(), "there are no trainable parameters");
+  build(offsets, numel, with_grads);
+}
+
+void FlatParameters::build(const std::vector<std::int64_t>& offsets, std::int64_t numel, bool with_grads) {
+  FT_ASSERT(offsets.size() == params_.size(), "one offset per parameter");
   const auto dtype = params_[0].second.scalar_type();
   const auto device = params_[0].second.device();
-  for (const auto& [name, p] : params_) {
+  std::int64_t end = 0;
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    const auto& [name, p] = params_[i];
     FT_ASSERT(p.scalar_type() == dtype && p.device() == device, "trainable parameters share dtype and device: ", name);
-    slots_.push_back({name, used_, p.numel(), p.sizes().vec()});
+    FT_ASSERT(offsets[i] >= end, "parameter offsets increase without overlaps: ", name);
+    slots_.push_back({name, offsets[i], p.numel(), p.sizes().vec()});
+    end = offsets[i] + p.numel();
     used_ += p.numel();
   }
-  const std::int64_t padded = (used_ + align - 1) / align * align;
+  FT_ASSERT(end <= numel, "the flat buffer (", numel, " elements) holds every parameter (", end, ")");
   auto options = torch::TensorOptions().dtype(dtype).device(device);
-  values_ = torch::zeros({padded}, options);
-  grads_ = torch::zeros({padded}, options);
+  values_ = torch::zeros({numel}, options);
+  if (with_grads) grads_ = torch::zeros({numel}, options);
   torch::NoGradGuard no_grad;
   for (std::size_t i = 0; i < params_.size(); ++i) {
     at::Tensor& p = params_[i].second;
@@ -27,14 +50,28 @@ FlatParameters::FlatParameters(std::vector<std::pair<std::string, at::Tensor>> p
     auto view = values_.narrow(0, s.offset, s.numel).view(s.shape);
     view.copy_(p);
     p.set_data(view);
-    p.mutable_grad() = grads_.narrow(0, s.offset, s.numel).view(s.shape);
+    if (with_grads) {
+      p.mutable_grad() = grads_.narrow(0, s.offset, s.numel).view(s.shape);
+    } else {
+      p.mutable_grad().reset();
+    }
   }
 }
 
+void FlatParameters::zero_grads() {
+  if (grads_.defined()) grads_.zero_();
+}
+
 std::vector<optim::DecaySegment> FlatParameters::decay_segments() const {
+  // Slots in order; gaps between them (a layout's padding) and the tail decay nothing.
   std::vector<optim::DecaySegment> segments;
-  for (const FlatSlot& s : slots_) segments.push_back({s.offset, s.numel, s.shape.size() > 1});
-  if (numel() > used_) segments.push_back({used_, numel() - used_, false});
+  std::int64_t end = 0;
+  for (const FlatSlot& s : slots_) {
+    if (s.offset > end) segments.push_back({end, s.offset - end, false});
+    segments.push_back({s.offset, s.numel, s.shape.size() > 1});
+    end = s.offset + s.numel;
+  }
+  if (numel() > end) segments.push_back({end, numel() - end, false});
   return segments;
 }
 

@@ -1,7 +1,9 @@
 // Trainable parameters laid out in one flat buffer: every parameter's data (and its .grad)
 // becomes a view into a contiguous tensor, so optimizers, clipping and collectives work on one
 // or a few large tensors instead of hundreds of small ones. Autograd accumulates straight into
-// the flat gradient because each .grad is defined (a view) before backward runs.
+// the flat gradient because each .grad is defined (a view) before backward runs. A layout may
+// leave gaps (ZeRO pads each gradient bucket to a multiple of the world size); ZeRO-2 keeps no
+// flat gradient at all (with_grads = false: autograd allocates each .grad, the strategy frees it).
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -26,17 +28,25 @@ class FlatParameters {
   // Copies the parameters into a flat buffer of their (common) dtype, padded with zeros to a
   // multiple of `align` elements, and re-points each parameter and its gradient into it.
   FlatParameters(std::vector<std::pair<std::string, at::Tensor>> params, std::int64_t align = 1);
+  // Parameter i at element offsets[i] of a zero-filled buffer of `numel` elements (offsets in
+  // increasing order, no overlaps); without a flat gradient when with_grads is false.
+  FlatParameters(std::vector<std::pair<std::string, at::Tensor>> params, const std::vector<std::int64_t>& offsets,
+                 std::int64_t numel, bool with_grads);
 
   at::Tensor& values() { return values_; }
-  at::Tensor& grads() { return grads_; }
+  at::Tensor& grads() { return grads_; }                      // undefined without a flat gradient
+  const at::Tensor& values() const { return values_; }
+  const at::Tensor& grads() const { return grads_; }
   std::int64_t numel() const { return values_.numel(); }      // padded
   std::int64_t used_numel() const { return used_; }            // without padding
   const std::vector<FlatSlot>& slots() const { return slots_; }
   // Weight-decay segments: no decay on 1-D parameters (norm weights) and padding.
   std::vector<optim::DecaySegment> decay_segments() const;
-  void zero_grads() { grads_.zero_(); }
+  void zero_grads();
 
  private:
+  void build(const std::vector<std::int64_t>& offsets, std::int64_t numel, bool with_grads);
+
   std::vector<std::pair<std::string, at::Tensor>> params_;
   std::vector<FlatSlot> slots_;
   at::Tensor values_, grads_;

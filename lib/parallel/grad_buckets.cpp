@@ -23,33 +23,83 @@ struct AfterAccumulate : torch::autograd::FunctionPostHook {
 
 }  // namespace
 
+std::shared_ptr<void> add_post_accumulate_hook(const at::Tensor& param, std::function<void()> callback) {
+  auto accumulator = torch::autograd::impl::grad_accumulator(param);
+  FT_ASSERT(accumulator != nullptr, "trainable parameters are leaves that require grad");
+  accumulator->add_post_hook(std::make_unique<AfterAccumulate>(std::move(callback)));
+  return accumulator;
+}
+
+std::int64_t bucket_elements(double bucket_mb, c10::ScalarType wire_dtype) {
+  return std::max<std::int64_t>(1, static_cast<std::int64_t>(bucket_mb * (1 << 20)) / c10::elementSize(wire_dtype));
+}
+
+std::vector<std::vector<std::size_t>> plan_buckets(const std::vector<std::int64_t>& slot_numels,
+                                                   std::int64_t elements) {
+  std::vector<std::vector<std::size_t>> groups;
+  std::vector<std::size_t> current;
+  std::int64_t size = 0;
+  for (std::size_t i = slot_numels.size(); i-- > 0;) {
+    current.push_back(i);
+    size += slot_numels[i];
+    if (size >= elements || i == 0) {
+      groups.push_back(std::move(current));
+      current.clear();
+      size = 0;
+    }
+  }
+  return groups;
+}
+
+namespace {
+
+// Contiguous buckets of the flat buffer; the padding at its end joins the first bucket.
+std::vector<BucketRange> contiguous_buckets(const FlatParameters& flat, std::int64_t elements) {
+  const auto& slots = flat.slots();
+  std::vector<std::int64_t> numels;
+  for (const FlatSlot& s : slots) numels.push_back(s.numel);
+  std::vector<BucketRange> buckets;
+  std::int64_t end = flat.numel();
+  for (auto& group : plan_buckets(numels, elements)) {
+    BucketRange b;
+    b.begin = slots[group.back()].offset;
+    b.end = end;
+    b.slots = std::move(group);
+    end = b.begin;
+    buckets.push_back(std::move(b));
+  }
+  return buckets;
+}
+
+}  // namespace
+
 GradBuckets::GradBuckets(FlatParameters& flat, std::vector<at::Tensor> params, dist::Communicator& comm,
                          double bucket_mb, c10::ScalarType wire_dtype, bool overlap)
+    : GradBuckets(flat, std::move(params), comm, contiguous_buckets(flat, bucket_elements(bucket_mb, wire_dtype)),
+                  wire_dtype, overlap) {}
+
+GradBuckets::GradBuckets(FlatParameters& flat, std::vector<at::Tensor> params, dist::Communicator& comm,
+                         std::vector<BucketRange> ranges, c10::ScalarType wire_dtype, bool overlap)
     : flat_(flat), comm_(comm), wire_dtype_(wire_dtype), overlap_(overlap) {
   const auto& slots = flat.slots();
   FT_ASSERT(params.size() == slots.size(), "one parameter per flat slot");
-  const std::int64_t bucket_elements =
-      std::max<std::int64_t>(1, static_cast<std::int64_t>(bucket_mb * (1 << 20)) / c10::elementSize(wire_dtype));
-  bucket_of_slot_.resize(slots.size());
-  // From the last slot backwards; the padding at the end of the buffer joins the first bucket.
-  Bucket current;
-  current.end = flat.numel();
-  for (std::size_t i = slots.size(); i-- > 0;) {
-    current.slots.push_back(i);
-    current.begin = slots[i].offset;
-    if (current.end - current.begin >= bucket_elements || i == 0) {
-      for (std::size_t s : current.slots) bucket_of_slot_[s] = buckets_.size();
-      buckets_.push_back(current);
-      current = Bucket();
-      current.end = slots[i].offset;
+  FT_ASSERT(flat.grads().defined(), "gradient buckets reduce a flat gradient");
+  bucket_of_slot_.assign(slots.size(), ranges.size());
+  for (BucketRange& r : ranges) {
+    Bucket b;
+    b.begin = r.begin;
+    b.end = r.end;
+    b.slots = std::move(r.slots);
+    for (std::size_t s : b.slots) {
+      FT_ASSERT(s < slots.size() && bucket_of_slot_[s] == ranges.size(), "each slot in exactly one bucket");
+      FT_ASSERT(slots[s].offset >= b.begin && slots[s].offset + slots[s].numel <= b.end, "a bucket holds its slots");
+      bucket_of_slot_[s] = buckets_.size();
     }
+    buckets_.push_back(std::move(b));
   }
-  for (std::size_t i = 0; i < params.size(); ++i) {
-    auto accumulator = torch::autograd::impl::grad_accumulator(params[i]);
-    FT_ASSERT(accumulator != nullptr, "trainable parameters are leaves that require grad: ", slots[i].name);
-    accumulator->add_post_hook(std::make_unique<AfterAccumulate>([this, i] { on_ready(i); }));
-    accumulators_.push_back(accumulator);
-  }
+  for (std::size_t s = 0; s < slots.size(); ++s) FT_ASSERT(bucket_of_slot_[s] < buckets_.size(), "every slot in a bucket");
+  for (std::size_t i = 0; i < params.size(); ++i)
+    accumulators_.push_back(add_post_accumulate_hook(params[i], [this, i] { on_ready(i); }));
 }
 
 GradBuckets::~GradBuckets() = default;

@@ -8,6 +8,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -16,10 +17,32 @@
 
 namespace ft::parallel {
 
+// Elements of one bucket for bucket_mb megabytes of the wire dtype (at least 1).
+std::int64_t bucket_elements(double bucket_mb, c10::ScalarType wire_dtype);
+
+// Groups parameters (given by their element counts, in flat order) into buckets of at least
+// `elements` elements, from the last parameter backwards (the order backward produces them); the
+// first bucket holds the last parameters. Each group lists its slot indices, last slot first.
+std::vector<std::vector<std::size_t>> plan_buckets(const std::vector<std::int64_t>& slot_numels, std::int64_t elements);
+
+// Runs `callback` after autograd has accumulated `param`'s gradient into its .grad (a post hook on
+// the parameter's AccumulateGrad node). Returns the node: keep it alive as long as the hook.
+std::shared_ptr<void> add_post_accumulate_hook(const at::Tensor& param, std::function<void()> callback);
+
+// A bucket given by its owner: the element range [begin, end) of the flat gradient and the slots in it.
+struct BucketRange {
+  std::int64_t begin = 0, end = 0;
+  std::vector<std::size_t> slots;
+};
+
 class GradBuckets {
  public:
   GradBuckets(FlatParameters& flat, std::vector<at::Tensor> params, dist::Communicator& comm, double bucket_mb,
               c10::ScalarType wire_dtype, bool overlap = true);
+  // Buckets as given (ZeRO-1: regions padded to a multiple of the world size, so that each rank's
+  // shard of a bucket is one slice). Every slot is in exactly one bucket.
+  GradBuckets(FlatParameters& flat, std::vector<at::Tensor> params, dist::Communicator& comm,
+              std::vector<BucketRange> buckets, c10::ScalarType wire_dtype, bool overlap = true);
   ~GradBuckets();
 
   // Arms the hooks for the coming backward (sync) or disarms them (accumulation micro-batch).

@@ -28,6 +28,9 @@ struct StrategyOptions {
   c10::ScalarType grad_comm_dtype = c10::ScalarType::Float;
   bool offload_optimizer = false;
   bool overlap_grad_reduce = true;
+  // LibTorch threads for an optimizer step that runs on the CPU (offloaded, or a CPU run): the
+  // fused AdamW splits across them; 0 leaves LibTorch's setting (the trainer keeps it at 1).
+  int host_threads = 0;
 };
 
 StrategyOptions strategy_options(const config::RunConfig& config);
@@ -36,7 +39,11 @@ StrategyOptions strategy_options(const config::RunConfig& config);
 struct StepTimes {
   double communication = 0;  // waiting for collectives
   double optimizer = 0;      // AdamW and parameter refresh
-  double bytes_reduced = 0;  // payload handed to collectives this step (before the algorithm's factor)
+  // Payload handed to collectives this step, before the algorithm's factor: the all-reduce tensor,
+  // the reduce-scatter input and the all-gather output (each the full-size buffer, so that DDP,
+  // ZeRO-1 and ZeRO-2 are comparable: on the wire a ring all-reduce moves 2(W-1)/W of its payload,
+  // reduce-scatter and all-gather (W-1)/W each).
+  double bytes_reduced = 0;
 };
 
 // Bytes this rank holds for training state, counted from the tensors the strategy owns (the
@@ -46,6 +53,8 @@ struct MemoryReport {
   std::int64_t gradients = 0;         // gradient buffers
   std::int64_t optimizer = 0;         // fp32 master weights + AdamW state on the device
   std::int64_t host_optimizer = 0;    // the same in host memory (optimizer offload)
+  std::int64_t host_gradients = 0;    // fp32 gradient (shard) copied to the host for the offloaded step
+  std::int64_t grad_staging = 0;      // ZeRO-2's bucket buffers in flight during backward, at peak
   std::int64_t gathered = 0;          // transient full copies (FSDP's gathered layers), at peak
 };
 
