@@ -99,6 +99,11 @@ Schema make_schema() {
              std::nullopt),
       ranged(key("train.seed", kInt, Json(42), "seed for initialization, dropout and shuffling"), 0, std::nullopt),
       choice("train.precision", {"fp32", "bf16", "fp16"}, "fp32", "compute dtype"),
+      choice("train.loss_scale", {"auto", "dynamic", "none"}, "auto",
+             "dynamic loss scaling; auto = on for fp16 only"),
+      ranged(key("train.loss_scale_init", kNum, Json(65536.0), "first dynamic loss scale"), 1, 3.4e38),
+      ranged(key("train.loss_scale_growth_interval", kInt, Json(2000), "good steps before the loss scale doubles"), 1,
+             std::nullopt),
       key("train.activation_checkpointing", kBool, Json(false), "recompute each decoder layer in backward"),
       choice("train.on_nonfinite", {"stop", "skip"}, "stop", "a NaN/Inf loss or gradient stops the run or skips the step"),
       ranged(key("train.threads", kInt, Json(0), "CPU threads per rank; 0 = cores / local ranks"), 0, 1024),
@@ -183,6 +188,9 @@ RunConfig parse_run_config(Json config, const std::string& source, const std::ve
   c.train.grad_clip = t["grad_clip"];
   c.train.seed = t["seed"];
   c.train.precision = t["precision"];
+  c.train.loss_scale = t["loss_scale"];
+  c.train.loss_scale_init = t["loss_scale_init"];
+  c.train.loss_scale_growth_interval = t["loss_scale_growth_interval"];
   c.train.activation_checkpointing = t["activation_checkpointing"];
   c.train.on_nonfinite = t["on_nonfinite"];
   c.train.threads = t["threads"];

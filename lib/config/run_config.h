@@ -70,6 +70,9 @@ struct TrainConfig {
   double grad_clip = 1.0;              // max global gradient norm; 0 = off
   std::uint64_t seed = 42;
   std::string precision = "fp32";      // fp32|bf16|fp16 compute
+  std::string loss_scale = "auto";     // auto|dynamic|none: dynamic loss scaling (auto: fp16 only)
+  double loss_scale_init = 65536.0;    // GradScaler's init_scale
+  std::int64_t loss_scale_growth_interval = 2000;  // GradScaler's growth_interval
   bool activation_checkpointing = false;
   std::string on_nonfinite = "stop";   // stop|skip a step whose loss or gradient is NaN/Inf
   std::int64_t threads = 0;            // CPU threads per rank; 0 = cores / local ranks

@@ -12,6 +12,7 @@
 #include "model/causal_lm_loss.h"
 #include "model/model_loader.h"
 #include "optim/grad_clip.h"
+#include "optim/loss_scaler.h"
 #include "optim/lr_schedule.h"
 #include "parallel/parallel_strategy.h"
 #include "train/evaluator.h"
@@ -53,6 +54,9 @@ TrainSummary run_training(const config::RunConfig& c, dist::Communicator& comm, 
   check_supported(c);
   const bool root = comm.is_root();
   configure_cpu_threads(threads_per_rank(c));
+  // Dropout masks come from LibTorch's default generator: seeded from train.seed so a run repeats
+  // exactly, and per rank so ranks do not drop the same positions of different samples.
+  at::manual_seed(c.train.seed + static_cast<std::uint64_t>(comm.rank()));
   if (root) {
     make_directories(c.run_dir);
     write_file_atomic(join_path(c.run_dir, "config.json"), c.resolved.dump(2) + "\n");
@@ -91,6 +95,16 @@ TrainSummary run_training(const config::RunConfig& c, dist::Communicator& comm, 
             " BLAS threads each; ", total_steps, " steps of ", c.train.global_batch_size, " sequences (micro-batch ",
             c.train.micro_batch_size, " x ", accumulation, " accumulation x ", world, " ranks), ",
             loader.steps_per_epoch(), " steps per epoch");
+
+  // fp16 gradients underflow without scaling: the loss is multiplied by a dynamic scale before
+  // backward and the gradients divided by it in the optimizer step (folded into the clip
+  // coefficient). The overflow decision uses the global gradient norm, the same on every rank.
+  const bool scale_loss = c.train.loss_scale == "dynamic" || (c.train.loss_scale == "auto" && c.train.precision == "fp16");
+  optim::LossScalerOptions scaler_options;
+  scaler_options.init_scale = c.train.loss_scale_init;
+  scaler_options.growth_interval = c.train.loss_scale_growth_interval;
+  optim::LossScaler scaler(scaler_options);
+  std::int64_t overflow_steps = 0;
 
   MetricsLog metrics(join_path(c.run_dir, "metrics.jsonl"), root);
   Progress progress(total_steps, root);
@@ -139,24 +153,37 @@ TrainSummary run_training(const config::RunConfig& c, dist::Communicator& comm, 
       options.position_ids = b.position_ids.to(device);
       options.segment_ids = b.segment_ids.to(device);
       model::LossSum loss = model::causal_lm_loss(tm.model(b.input_ids.to(device), options), b.labels.to(device));
-      (loss.sum / step_tokens).backward();
+      const double multiplier = scale_loss ? scaler.scale() / step_tokens : 1.0 / step_tokens;
+      (loss.sum * multiplier).backward();
       loss_sum += loss.sum.item<double>();
     }
     strategy->finish_gradients();
     const double compute_s = compute_clock.seconds();
 
     const double loss = dist::all_reduce_scalar(comm, loss_sum, dist::ReduceOp::kSum) / step_tokens;
-    const double grad_norm = std::sqrt(strategy->grad_sum_of_squares());
+    const double loss_scale = scale_loss ? scaler.scale() : 1.0;
+    const double grad_norm = std::sqrt(strategy->grad_sum_of_squares()) / loss_scale;
     const double lr = schedule.lr(step);
-    const bool finite = std::isfinite(loss) && std::isfinite(grad_norm);
-    if (finite) {
-      strategy->step(lr, optim::clip_coefficient(grad_norm, c.train.grad_clip));
+    const bool loss_finite = std::isfinite(loss), grads_finite = std::isfinite(grad_norm);
+    bool skipped = false;
+    if (scale_loss && loss_finite && !grads_finite) {
+      // Overflow at this loss scale: skipped on every rank alike and the scale lowered; not an error.
+      scaler.update(true);
+      strategy->skip_step();
+      skipped = true;
+      ++overflow_steps;
+      log::info("step ", step + 1, ": gradient overflow at loss scale ", loss_scale, "; step skipped, scale now ",
+                scaler.scale());
+    } else if (loss_finite && grads_finite) {
+      if (scale_loss) scaler.update(false);
+      strategy->step(lr, optim::clip_coefficient(grad_norm, c.train.grad_clip) / loss_scale);
     } else {
-      FT_CHECK(c.train.on_nonfinite == "skip", "step ", step + 1, ": the ", std::isfinite(loss) ? "gradient norm" : "loss",
-               " is ", std::isfinite(loss) ? grad_norm : loss,
+      FT_CHECK(c.train.on_nonfinite == "skip", "step ", step + 1, ": the ", loss_finite ? "gradient norm" : "loss",
+               " is ", loss_finite ? grad_norm : loss,
                "; stopping before it reaches the weights (train.on_nonfinite = \"skip\" skips such steps; a lower "
                "train.lr or train.grad_clip may help)");
       strategy->skip_step();
+      skipped = true;
       ++summary.skipped_steps;
       log::warn("step ", step + 1, ": non-finite loss or gradient norm, step skipped");
     }
@@ -181,7 +208,8 @@ TrainSummary run_training(const config::RunConfig& c, dist::Communicator& comm, 
                                {"optimizer", times.optimizer}}},
                      {"comm_bytes", times.bytes_reduced},
                      {"peak_memory_bytes", peak_rss_bytes()},
-                     {"skipped", !finite}};
+                     {"skipped", skipped}};
+      if (scale_loss) record["loss_scale"] = loss_scale;
       metrics.write(record);
       progress.update(step + 1, loss, counts[2].item<double>() / step_s, run_clock.seconds());
     }
