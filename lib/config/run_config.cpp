@@ -92,6 +92,7 @@ Schema make_schema() {
       ranged(key("train.warmup_steps", kInt, Json(0), "linear warmup steps"), 0, std::nullopt),
       ranged(key("train.min_lr_ratio", kNum, Json(0.0), "final lr as a fraction of lr"), 0, 1),
       ranged(key("train.weight_decay", kNum, Json(0.0), "decoupled (AdamW) weight decay"), 0, std::nullopt),
+      key("train.weight_decay_norms", kBool, Json(false), "weight decay on norm weights (1-D parameters) too"),
       ranged(key("train.adam_beta1", kNum, Json(0.9), "AdamW beta1"), 0, 0.999999),
       ranged(key("train.adam_beta2", kNum, Json(0.999), "AdamW beta2"), 0, 0.999999),
       ranged(key("train.adam_eps", kNum, Json(1e-8), "AdamW epsilon"), 0, std::nullopt, true),
@@ -182,6 +183,7 @@ RunConfig parse_run_config(Json config, const std::string& source, const std::ve
   c.train.warmup_steps = t["warmup_steps"];
   c.train.min_lr_ratio = t["min_lr_ratio"];
   c.train.weight_decay = t["weight_decay"];
+  c.train.weight_decay_norms = t["weight_decay_norms"];
   c.train.adam_beta1 = t["adam_beta1"];
   c.train.adam_beta2 = t["adam_beta2"];
   c.train.adam_eps = t["adam_eps"];

@@ -66,6 +66,7 @@ struct TrainConfig {
   std::int64_t warmup_steps = 0;
   double min_lr_ratio = 0.0;           // linear/cosine decay to lr * min_lr_ratio
   double weight_decay = 0.0;
+  bool weight_decay_norms = false;     // decay norm weights (1-D parameters) too; off as in HF Trainer
   double adam_beta1 = 0.9, adam_beta2 = 0.999, adam_eps = 1e-8;
   double grad_clip = 1.0;              // max global gradient norm; 0 = off
   std::uint64_t seed = 42;

@@ -23,7 +23,7 @@ void DdpStrategy::setup(NamedParameters params) {
   // Every rank starts from rank 0's weights (LoRA init or a loaded model may differ by rank).
   comm_.broadcast(flat_->values(), 0)->wait();
   const bool alias = flat_->values().scalar_type() == torch::kFloat && !options_.offload_optimizer;
-  shard_ = std::make_unique<OptimizerShard>(flat_->values(), alias, flat_->decay_segments(), options_);
+  shard_ = std::make_unique<OptimizerShard>(flat_->values(), alias, flat_->decay_segments(options_.decay_norms), options_);
 }
 
 void DdpStrategy::before_backward(bool sync) { buckets_->arm(sync); }
@@ -74,6 +74,7 @@ StrategyOptions strategy_options(const config::RunConfig& c) {
   o.adamw.beta2 = c.train.adam_beta2;
   o.adamw.eps = c.train.adam_eps;
   o.adamw.weight_decay = c.train.weight_decay;
+  o.decay_norms = c.train.weight_decay_norms;
   o.bucket_mb = c.parallel.bucket_mb;
   o.grad_comm_dtype = c.parallel.grad_comm_dtype == "bf16"   ? torch::kBFloat16
                       : c.parallel.grad_comm_dtype == "fp16" ? torch::kHalf

@@ -20,13 +20,15 @@ FlatParameters::FlatParameters(std::vector<std::pair<std::string, at::Tensor>> p
 }
 
 FlatParameters::FlatParameters(std::vector<std::pair<std::string, at::Tensor>> params,
-                               const std::vector<std::int64_t>& offsets, std::int64_t numel, bool with_grads)
+                               const std::vector<std::int64_t>& offsets, std::int64_t numel, bool with_grads,
+                               std::optional<c10::Device> device)
     : params_(std::move(params)) {
   FT_CHECK(!params_.empty(), "there are no trainable parameters");
-  build(offsets, numel, with_grads);
+  build(offsets, numel, with_grads, device);
 }
 
-void FlatParameters::build(const std::vector<std::int64_t>& offsets, std::int64_t numel, bool with_grads) {
+void FlatParameters::build(const std::vector<std::int64_t>& offsets, std::int64_t numel, bool with_grads,
+                           std::optional<c10::Device> target) {
   FT_ASSERT(offsets.size() == params_.size(), "one offset per parameter");
   const auto dtype = params_[0].second.scalar_type();
   const auto device = params_[0].second.device();
@@ -40,7 +42,7 @@ void FlatParameters::build(const std::vector<std::int64_t>& offsets, std::int64_
     used_ += p.numel();
   }
   FT_ASSERT(end <= numel, "the flat buffer (", numel, " elements) holds every parameter (", end, ")");
-  auto options = torch::TensorOptions().dtype(dtype).device(device);
+  auto options = torch::TensorOptions().dtype(dtype).device(target.value_or(device));
   values_ = torch::zeros({numel}, options);
   if (with_grads) grads_ = torch::zeros({numel}, options);
   torch::NoGradGuard no_grad;
@@ -62,16 +64,22 @@ void FlatParameters::zero_grads() {
   if (grads_.defined()) grads_.zero_();
 }
 
-std::vector<optim::DecaySegment> FlatParameters::decay_segments() const {
+std::vector<optim::DecaySegment> FlatParameters::decay_segments(bool decay_norms) const {
+  return parallel::decay_segments(slots_, numel(), decay_norms);
+}
+
+std::vector<optim::DecaySegment> decay_segments(const std::vector<FlatSlot>& slots, std::int64_t numel,
+                                                bool decay_norms) {
   // Slots in order; gaps between them (a layout's padding) and the tail decay nothing.
   std::vector<optim::DecaySegment> segments;
   std::int64_t end = 0;
-  for (const FlatSlot& s : slots_) {
+  for (const FlatSlot& s : slots) {
+    FT_ASSERT(s.offset >= end, "slots in increasing offset order: ", s.name);
     if (s.offset > end) segments.push_back({end, s.offset - end, false});
-    segments.push_back({s.offset, s.numel, s.shape.size() > 1});
+    segments.push_back({s.offset, s.numel, decay_norms || s.shape.size() > 1});
     end = s.offset + s.numel;
   }
-  if (numel() > end) segments.push_back({end, numel() - end, false});
+  if (numel > end) segments.push_back({end, numel - end, false});
   return segments;
 }
 

@@ -8,6 +8,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -30,8 +31,9 @@ class FlatParameters {
   FlatParameters(std::vector<std::pair<std::string, at::Tensor>> params, std::int64_t align = 1);
   // Parameter i at element offsets[i] of a zero-filled buffer of `numel` elements (offsets in
   // increasing order, no overlaps); without a flat gradient when with_grads is false.
+  // The buffer is on `device` (default: the parameters'), and the parameters move there with it.
   FlatParameters(std::vector<std::pair<std::string, at::Tensor>> params, const std::vector<std::int64_t>& offsets,
-                 std::int64_t numel, bool with_grads);
+                 std::int64_t numel, bool with_grads, std::optional<c10::Device> device = std::nullopt);
 
   at::Tensor& values() { return values_; }
   at::Tensor& grads() { return grads_; }                      // undefined without a flat gradient
@@ -40,17 +42,23 @@ class FlatParameters {
   std::int64_t numel() const { return values_.numel(); }      // padded
   std::int64_t used_numel() const { return used_; }            // without padding
   const std::vector<FlatSlot>& slots() const { return slots_; }
-  // Weight-decay segments: no decay on 1-D parameters (norm weights) and padding.
-  std::vector<optim::DecaySegment> decay_segments() const;
+  // Weight-decay segments of the buffer (see parallel::decay_segments).
+  std::vector<optim::DecaySegment> decay_segments(bool decay_norms = false) const;
   void zero_grads();
 
  private:
-  void build(const std::vector<std::int64_t>& offsets, std::int64_t numel, bool with_grads);
+  void build(const std::vector<std::int64_t>& offsets, std::int64_t numel, bool with_grads,
+             std::optional<c10::Device> device = std::nullopt);
 
   std::vector<std::pair<std::string, at::Tensor>> params_;
   std::vector<FlatSlot> slots_;
   at::Tensor values_, grads_;
   std::int64_t used_ = 0;
 };
+
+// Weight-decay segments of a flat buffer of `numel` elements holding `slots` (in increasing
+// offset order): no decay on padding, nor on 1-D parameters (norm weights) unless decay_norms.
+std::vector<optim::DecaySegment> decay_segments(const std::vector<FlatSlot>& slots, std::int64_t numel,
+                                                bool decay_norms);
 
 }  // namespace ft::parallel

@@ -24,6 +24,7 @@ using NamedParameters = std::vector<std::pair<std::string, at::Tensor>>;
 
 struct StrategyOptions {
   optim::AdamWOptions adamw;
+  bool decay_norms = false;  // weight decay on 1-D parameters (norm weights) too
   double bucket_mb = 25;
   c10::ScalarType grad_comm_dtype = c10::ScalarType::Float;
   bool offload_optimizer = false;

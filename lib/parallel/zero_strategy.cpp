@@ -38,7 +38,7 @@ void ZeroStrategy::setup(NamedParameters params) {
   at::Tensor initial = torch::empty({layout_->shard_numel()}, flat_->values().options());
   for (const ShardBucket& b : layout_->buckets())
     initial.narrow(0, b.shard_offset, b.chunk).copy_(flat_->values().narrow(0, layout_->chunk_begin(b), b.chunk));
-  shard_ = std::make_unique<OptimizerShard>(initial, /*alias=*/false, layout_->shard_segments(flat_->decay_segments()),
+  shard_ = std::make_unique<OptimizerShard>(initial, /*alias=*/false, layout_->shard_segments(flat_->decay_segments(options_.decay_norms)),
                                             options_);
 
   if (stage_ == 1) {
