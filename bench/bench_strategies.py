@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""DDP, ZeRO-1 and ZeRO-2, with and without optimizer offload, on 2 ranks: a full fine-tune of a
+"""DDP, ZeRO-1, ZeRO-2 and FSDP, with and without optimizer offload, on 2 ranks: a full fine-tune of a
 random ~50M-parameter LLaMA (make_random_model). Per strategy: throughput, time per step split into
 compute / waiting on communication / optimizer (AdamW + parameter refresh, incl. ZeRO's all-gather),
 the payload handed to collectives per step (metrics.jsonl comm_bytes) and what it means on the
@@ -17,7 +17,8 @@ import subprocess
 import sys
 import tempfile
 
-STRATEGIES = [("ddp", False), ("zero1", False), ("zero2", False), ("ddp", True), ("zero1", True), ("zero2", True)]
+STRATEGIES = [("ddp", False), ("zero1", False), ("zero2", False), ("fsdp", False),
+              ("ddp", True), ("zero1", True), ("zero2", True), ("fsdp", True)]
 
 
 def run(cmd):
@@ -98,7 +99,7 @@ def main():
             sent = r["comm_bytes"] * 2 * (W - 1) / W
         elif strategy == "zero1":
             sent = r["comm_bytes"] / 2 * 2 * (W - 1) / W + r["comm_bytes"] / 2 * (W - 1) / W
-        else:
+        else:  # ZeRO-2 and FSDP: reduce-scatters and all-gathers only
             sent = r["comm_bytes"] * (W - 1) / W
         name = strategy + ("+offload" if offload else "")
         print(f"{name:<16}{r['tokens_per_s']:>10.0f}{r['step_s']:>9.3f}{r['compute_s']:>9.3f}{r['comm_s']:>10.3f}"
@@ -110,13 +111,15 @@ def main():
     for precision in ("fp32", "bf16"):
         print(f"\nbytes each rank's strategy holds ({precision}, W = 2; MemoryReport from zero_worker), MB:")
         print(f"{'strategy':<16}{'params':>9}{'grads':>9}{'optimizer':>11}{'host opt':>10}{'host grads':>12}"
-              f"{'staging':>9}{'device total':>14}{'per Ψ':>7}")
+              f"{'staging':>9}{'gathered':>10}{'device total':>14}{'per Ψ':>7}")
         for strategy, offload in STRATEGIES:
             m = memory(args.build, config, strategy, offload, extra + [f"train.precision={precision}"])
+            # Model state on the device (FSDP's gathered units are transient, shown apart).
             device = m["parameters"] + m["gradients"] + m["optimizer"]
             name = strategy + ("+offload" if offload else "")
             print(f"{name:<16}{m['parameters'] / 1e6:>9.1f}{m['gradients'] / 1e6:>9.1f}{m['optimizer'] / 1e6:>11.1f}"
                   f"{m['host_optimizer'] / 1e6:>10.1f}{m['host_gradients'] / 1e6:>12.1f}{m['grad_staging'] / 1e6:>9.1f}"
+                  f"{m['gathered'] / 1e6:>10.1f}"
                   f"{device / 1e6:>14.1f}{device / m['psi']:>7.2f}", flush=True)
 
 

@@ -238,7 +238,11 @@ LoraOptions load_adapter(LlamaForCausalLM& model, const std::string& dir) {
 
 void save_adapter(LlamaForCausalLM& model, const LoraOptions& options, const std::string& dir,
                   const std::string& base_model_name_or_path) {
-  auto tensors = lora_adapter_tensors(model);
+  save_adapter(lora_adapter_tensors(model), options, dir, base_model_name_or_path);
+}
+
+void save_adapter(const io::NamedTensors& tensors, const LoraOptions& options, const std::string& dir,
+                  const std::string& base_model_name_or_path) {
   FT_CHECK(!tensors.empty(), dir, ": cannot save an adapter: the model has no LoRA weights");
   io::write_peft_adapter(dir, peft_adapter_config(options, base_model_name_or_path), tensors);
 }

@@ -62,5 +62,8 @@ LoraOptions load_adapter(LlamaForCausalLM& model, const std::string& dir);
 // Writes DIR/adapter_config.json + DIR/adapter_model.safetensors for the model's LoRA weights.
 void save_adapter(LlamaForCausalLM& model, const LoraOptions& options, const std::string& dir,
                   const std::string& base_model_name_or_path);
+// The same from the LoRA tensors themselves, named as lora_parameters() names them.
+void save_adapter(const io::NamedTensors& tensors, const LoraOptions& options, const std::string& dir,
+                  const std::string& base_model_name_or_path);
 
 }  // namespace ft::model

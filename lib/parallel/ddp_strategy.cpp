@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "optim/grad_clip.h"
+#include "parallel/fsdp_strategy.h"
 #include "parallel/zero_strategy.h"
 #include "util/error.h"
 #include "util/timer.h"
@@ -89,13 +90,15 @@ StrategyOptions strategy_options(const config::RunConfig& c) {
   return o;
 }
 
-std::unique_ptr<ParallelStrategy> make_strategy(const config::RunConfig& c, dist::Communicator& comm) {
-  const StrategyOptions options = strategy_options(c);
+std::unique_ptr<ParallelStrategy> make_strategy(const config::RunConfig& c, dist::Communicator& comm,
+                                                c10::Device device) {
+  StrategyOptions options = strategy_options(c);
+  options.device = device;
   if (c.parallel.strategy == "ddp") return std::make_unique<DdpStrategy>(comm, options);
   if (c.parallel.strategy == "zero1") return std::make_unique<ZeroStrategy>(1, comm, options);
   if (c.parallel.strategy == "zero2") return std::make_unique<ZeroStrategy>(2, comm, options);
-  FT_CHECK(false, "parallel.strategy \"", c.parallel.strategy,
-           "\" is not available yet in this build (use \"ddp\", \"zero1\" or \"zero2\")");
+  if (c.parallel.strategy == "fsdp") return std::make_unique<FsdpStrategy>(comm, options);
+  FT_CHECK(false, "parallel.strategy \"", c.parallel.strategy, "\" is unknown (use ddp, zero1, zero2 or fsdp)");
   return nullptr;
 }
 

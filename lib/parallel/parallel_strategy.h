@@ -25,6 +25,7 @@ using NamedParameters = std::vector<std::pair<std::string, at::Tensor>>;
 struct StrategyOptions {
   optim::AdamWOptions adamw;
   bool decay_norms = false;  // weight decay on 1-D parameters (norm weights) too
+  c10::Device device = c10::kCPU;  // where the parameters train (FSDP places its buffers there)
   double bucket_mb = 25;
   c10::ScalarType grad_comm_dtype = c10::ScalarType::Float;
   bool offload_optimizer = false;
@@ -95,6 +96,9 @@ class ParallelStrategy {
   virtual void for_each_full_parameter(const std::function<void(const std::string&, const at::Tensor&)>& fn) = 0;
 };
 
-std::unique_ptr<ParallelStrategy> make_strategy(const config::RunConfig& config, dist::Communicator& comm);
+// `device`: where training runs. FSDP builds its sharded buffers there, so the model may be
+// loaded on the host and only each rank's shards (and each gathered layer) ever reach the device.
+std::unique_ptr<ParallelStrategy> make_strategy(const config::RunConfig& config, dist::Communicator& comm,
+                                                c10::Device device = c10::kCPU);
 
 }  // namespace ft::parallel

@@ -89,6 +89,7 @@ void ReduceScatterBuckets::launch(std::size_t b) {
   bucket.work = comm_.reduce_scatter(bucket.output, bucket.staging, dist::ReduceOp::kSum);
   if (comm_.world_size() > 1) bytes_ += static_cast<double>(bucket.staging.nbytes());
   in_flight_.push_back(b);
+  if (on_launch_) on_launch_(b);
 }
 
 void ReduceScatterBuckets::retire(std::size_t b) {

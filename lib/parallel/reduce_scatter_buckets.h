@@ -11,6 +11,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <deque>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -44,6 +45,9 @@ class ReduceScatterBuckets {
   // The most staging + chunk bytes that were alive at once.
   std::int64_t peak_staging_bytes() const { return peak_bytes_; }
   std::size_t launched_during_backward() const { return launched_in_backward_; }
+  // Called with a bucket's index when it is launched: its parameters' gradients are all copied
+  // out, so backward is done with them (FSDP frees the unit's gathered parameters then).
+  void on_launch(std::function<void(std::size_t)> fn) { on_launch_ = std::move(fn); }
 
  private:
   struct Bucket {
@@ -67,6 +71,7 @@ class ReduceScatterBuckets {
   std::vector<Bucket> buckets_;
   std::vector<std::size_t> bucket_of_slot_;
   std::vector<std::shared_ptr<void>> accumulators_;
+  std::function<void(std::size_t)> on_launch_;
   std::deque<std::size_t> in_flight_;
   bool in_backward_ = false;  // a backward ran since the last finish()
   bool finishing_ = false;

@@ -11,17 +11,30 @@ namespace ft::parallel {
 ShardLayout::ShardLayout(const std::vector<std::int64_t>& slot_numels, int world_size, int rank,
                          std::int64_t bucket_elements)
     : world_(world_size), rank_(rank) {
-  FT_ASSERT(world_size >= 1 && rank >= 0 && rank < world_size, "rank ", rank, " of ", world_size);
-  auto groups = plan_buckets(slot_numels, bucket_elements);
-  offsets_.assign(slot_numels.size(), 0);
   // plan_buckets lists the last bucket first, each from its last slot: lay them out in flat order.
-  for (auto g = groups.rbegin(); g != groups.rend(); ++g) {
+  auto planned = plan_buckets(slot_numels, bucket_elements);
+  std::vector<std::vector<std::size_t>> groups;
+  for (auto g = planned.rbegin(); g != planned.rend(); ++g) groups.emplace_back(g->rbegin(), g->rend());
+  build(slot_numels, groups);
+}
+
+ShardLayout::ShardLayout(const std::vector<std::int64_t>& slot_numels, int world_size, int rank,
+                         const std::vector<std::vector<std::size_t>>& groups)
+    : world_(world_size), rank_(rank) {
+  build(slot_numels, groups);
+}
+
+void ShardLayout::build(const std::vector<std::int64_t>& slot_numels, const std::vector<std::vector<std::size_t>>& groups) {
+  FT_ASSERT(world_ >= 1 && rank_ >= 0 && rank_ < world_, "rank ", rank_, " of ", world_);
+  offsets_.assign(slot_numels.size(), -1);
+  for (const auto& group : groups) {
     ShardBucket b;
     b.begin = numel_;
     b.shard_offset = shard_numel_;
-    b.slots.assign(g->rbegin(), g->rend());
+    b.slots = group;
     std::int64_t length = 0;
     for (std::size_t s : b.slots) {
+      FT_ASSERT(s < slot_numels.size() && offsets_[s] < 0, "slot ", s, " in exactly one bucket");
       offsets_[s] = b.begin + length;
       length += slot_numels[s];
     }
@@ -30,6 +43,7 @@ ShardLayout::ShardLayout(const std::vector<std::int64_t>& slot_numels, int world
     shard_numel_ += b.chunk;
     buckets_.push_back(std::move(b));
   }
+  for (std::size_t s = 0; s < offsets_.size(); ++s) FT_ASSERT(offsets_[s] >= 0, "slot ", s, " in a bucket");
 }
 
 std::vector<optim::DecaySegment> ShardLayout::shard_segments(const std::vector<optim::DecaySegment>& flat) const {

@@ -23,10 +23,15 @@ class ShardLayout {
  public:
   // slot_numels: the parameters' element counts in model order; bucket_elements as grad_buckets.h's.
   ShardLayout(const std::vector<std::int64_t>& slot_numels, int world_size, int rank, std::int64_t bucket_elements);
+  // Buckets given explicitly, in flat order, each its slots in order (FSDP: one bucket per unit).
+  // Every slot in exactly one group.
+  ShardLayout(const std::vector<std::int64_t>& slot_numels, int world_size, int rank,
+              const std::vector<std::vector<std::size_t>>& groups);
 
   int world_size() const { return world_; }
   int rank() const { return rank_; }
-  // Element offset of each parameter in the flat buffer (increasing; gaps are padding).
+  // Element offset of each parameter in the flat buffer (gaps are padding; increasing with the
+  // planned buckets, in the groups' order with explicit ones).
   const std::vector<std::int64_t>& slot_offsets() const { return offsets_; }
   std::int64_t numel() const { return numel_; }              // flat buffer, padded
   std::int64_t shard_numel() const { return shard_numel_; }  // per rank, the same on every rank
@@ -39,6 +44,8 @@ class ShardLayout {
   std::vector<optim::DecaySegment> shard_segments(const std::vector<optim::DecaySegment>& flat_segments) const;
 
  private:
+  void build(const std::vector<std::int64_t>& slot_numels, const std::vector<std::vector<std::size_t>>& groups);
+
   int world_, rank_;
   std::vector<std::int64_t> offsets_;
   std::vector<ShardBucket> buckets_;

@@ -20,9 +20,12 @@ TrainableModel build_trainable_model(const config::RunConfig& c, const data::Tok
                                      c10::Device device) {
   TrainableModel tm;
   model::LoadOptions load;
-  load.device = device;
   load.dtype = compute_dtype(c);
-  model::check_compute_dtype(*load.dtype, load.device, "train.precision");
+  model::check_compute_dtype(*load.dtype, device, "train.precision");
+  // FSDP on a GPU: the model is loaded into host memory and the strategy moves only this rank's
+  // shards to the device (run_training moves the rest after setup), so a model larger than one
+  // card can start.
+  load.device = c.parallel.strategy == "fsdp" ? c10::Device(c10::kCPU) : device;
   tm.model = model::load_llama(c.model.path, load);
   FT_CHECK(tokenizer.vocab_size() <= tm.model->config().vocab_size, tokenizer.path(), " has ", tokenizer.vocab_size(),
            " pieces but the model's vocab_size is ", tm.model->config().vocab_size);
@@ -53,15 +56,15 @@ void save_result(const config::RunConfig& c, TrainableModel& tm, parallel::Paral
                  dist::Communicator& comm, const data::Tokenizer& tokenizer) {
   const bool root = comm.is_root();
   if (tm.lora) {
-    // Sharded strategies hold the LoRA weights in shards: write them into the model first.
+    // Sharded strategies hold the LoRA weights in shards (FSDP frees the model's copies): take
+    // fp32 copies as the strategy gathers them.
+    io::NamedTensors adapter;
     strategy.for_each_full_parameter([&](const std::string& name, const at::Tensor& value) {
-      torch::NoGradGuard no_grad;
-      for (auto& [n, p] : tm.trainable)
-        if (n == name && !p.is_same(value)) p.copy_(value);
+      adapter.emplace_back(name, value.detach().to(torch::kCPU, torch::kFloat, false, /*copy=*/true));
     });
     if (!root) return;
     const std::string dir = join_path(c.run_dir, "adapter");
-    model::save_adapter(tm.model, *tm.lora, dir, c.model.path);
+    model::save_adapter(adapter, *tm.lora, dir, c.model.path);
     log::info("adapter written to ", dir);
     return;
   }

@@ -25,6 +25,8 @@ struct TrainableModel {
 
 c10::ScalarType compute_dtype(const config::RunConfig& config);
 
+// The model in the compute dtype on `device` (with parallel.strategy fsdp: on the host, for the
+// strategy to shard onto the device), LoRA applied or every parameter trainable.
 TrainableModel build_trainable_model(const config::RunConfig& config, const data::Tokenizer& tokenizer,
                                      c10::Device device = c10::kCPU);
 

@@ -72,8 +72,11 @@ TrainSummary run_training(const config::RunConfig& c, dist::Communicator& comm, 
 
   // Model and trainable parameters (LoRA or everything), then the strategy that owns them.
   TrainableModel tm = build_trainable_model(c, tokenizer, device);
-  auto strategy = parallel::make_strategy(c, comm);
+  auto strategy = parallel::make_strategy(c, comm, device);
   strategy->setup(tm.trainable);
+  // What the strategy did not place (FSDP's model loads on the host: frozen weights); parameters
+  // already on the device are left alone.
+  if (!device.is_cpu()) tm.model->to(device);
   const ForwardHooks hooks{strategy->layer_runner(c.train.activation_checkpointing),
                            [&strategy] { strategy->before_forward(); }};
 

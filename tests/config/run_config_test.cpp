@@ -1,6 +1,8 @@
 // lib/config: every rule's message is pinned here, since users read them.
 #include <gtest/gtest.h>
 
+#include <filesystem>
+
 #include "config/run_config.h"
 #include "test_support.h"
 #include "util/file_util.h"
@@ -157,6 +159,28 @@ TEST(ConfigHash, SameConfigSameHash) {
   RunConfig c = parse_run_config(minimal(), "c", {"train.lr=0.5"});
   EXPECT_EQ(config_hash(a.resolved), config_hash(b.resolved));
   EXPECT_NE(config_hash(a.resolved), config_hash(c.resolved));
+}
+
+}  // namespace
+}  // namespace ft::config
+
+namespace ft::config {
+namespace {
+
+// Every shipped config is valid: a typo in configs/ would otherwise surface only on a GPU box.
+TEST(RunConfig, EveryShippedConfigParses) {
+  const std::filesystem::path dir = std::filesystem::path(test::data_path("")) / ".." / ".." / "configs";
+  std::size_t count = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    if (entry.path().extension() != ".json") continue;
+    SCOPED_TRACE(entry.path().string());
+    const RunConfig c = load_run_config(entry.path().string());
+    // The real-model configs are for 8 ranks, the tiny ones for the 2 of scripts/demo.sh.
+    const std::int64_t ranks = entry.path().filename().string().rfind("llama", 0) == 0 ? 8 : 2;
+    EXPECT_GT(gradient_accumulation_steps(c.train.global_batch_size, c.train.micro_batch_size, ranks), 0);
+    ++count;
+  }
+  EXPECT_GE(count, 7u);
 }
 
 }  // namespace

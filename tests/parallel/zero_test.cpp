@@ -219,18 +219,6 @@ TEST(OptimizerShard, CopiesInChunksThroughASmallBuffer) {
   EXPECT_TRUE(torch::equal(back, device.to(torch::kFloat)));
 }
 
-TEST(ZeroStrategy, MakeStrategyKnowsZero1AndZero2) {
-  auto comm = dist::make_single_process_communicator();
-  config::RunConfig c;
-  c.parallel.strategy = "zero1";
-  EXPECT_EQ(make_strategy(c, *comm)->name(), "zero1");
-  c.parallel.strategy = "zero2";
-  EXPECT_EQ(make_strategy(c, *comm)->name(), "zero2");
-  c.parallel.strategy = "fsdp";
-  EXPECT_FT_ERROR(make_strategy(c, *comm),
-                  "parallel.strategy \"fsdp\" is not available yet in this build (use \"ddp\", \"zero1\" or \"zero2\")");
-}
-
 TEST(ZeroStrategy, MemoryReportCountsTheShards) {
   Net net;
   auto comm = dist::make_single_process_communicator();

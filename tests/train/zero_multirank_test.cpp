@@ -1,9 +1,10 @@
-// ZeRO with real processes: ft_launch starts 2 or 4 ft_train ranks on Gloo. ZeRO-1 and ZeRO-2,
-// with and without optimizer offload, give DDP's losses and final weights (1e-5 relative, fp32)
-// over 20 steps with gradient accumulation, for LoRA (the adapter) and full fine-tuning (the
-// model written through for_each_full_parameter); offload changes no bit on the CPU. The memory
-// test runs zero_worker in bf16 and checks what each strategy holds against the ZeRO paper's
-// per-rank formulas, printing the table to stderr.
+// Sharded strategies with real processes: ft_launch starts 2 or 4 ft_train ranks on Gloo.
+// ZeRO-1, ZeRO-2 and FSDP, with and without optimizer offload (and, on 2 ranks, with activation
+// checkpointing), give DDP's losses and final weights (1e-5 relative, fp32) over 20 steps with
+// gradient accumulation, for LoRA (the adapter) and full fine-tuning (the model written through
+// for_each_full_parameter); offload changes no bit on the CPU. Each strategy's bytes handed to
+// collectives per step follow from its algorithm. The memory test runs zero_worker in bf16 and
+// checks what each strategy holds against the ZeRO paper's per-rank formulas, printing the table.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -108,8 +109,35 @@ void expect_comm_bytes(const RunResult& run, const RunResult& ddp, double factor
   EXPECT_NEAR(run.comm_bytes.back(), factor * ddp.comm_bytes.back(), 1e-3 * factor * ddp.comm_bytes.back());
 }
 
+// FSDP gathers each layer twice per micro-batch (forward, backward), reduce-scatters Ψ per
+// micro-batch and gathers the root unit (embeddings, norm, head) once after the step.
+void expect_fsdp_comm_bytes(const RunResult& fsdp, const RunResult& ddp, int accumulation) {
+  double layers = 0, root = 0;
+  for (const auto& [name, t] : fsdp.weights) (name.find("layers.") != std::string::npos ? layers : root) += t.numel();
+  const double psi = layers + root;
+  expect_comm_bytes(fsdp, ddp, (2 * accumulation * layers + accumulation * psi + root) / psi);
+}
+
 void equivalence(int ranks, bool lora, const std::string& batch) {
   const RunResult ddp = train(ranks, lora, batch);
+  {
+    SCOPED_TRACE("fsdp");
+    const RunResult fsdp = train(ranks, lora, batch + " --set parallel.strategy=fsdp");
+    expect_same_run(fsdp, ddp, 1e-5);
+    expect_fsdp_comm_bytes(fsdp, ddp, 2);
+    SCOPED_TRACE("fsdp, offload: bitwise");
+    expect_same_run(train(ranks, lora, batch + " --set parallel.strategy=fsdp --set parallel.offload_optimizer=true"),
+                    fsdp, 0);
+  }
+  if (ranks == 2) {
+    // Checkpointing recomputes each layer in backward (for FSDP, right after gathering it again).
+    for (const char* strategy : {"ddp", "zero2", "fsdp"}) {
+      SCOPED_TRACE(std::string(strategy) + ", activation checkpointing");
+      expect_same_run(train(ranks, lora, batch + " --set train.activation_checkpointing=true --set parallel.strategy=" +
+                                             strategy),
+                      ddp, 1e-5);
+    }
+  }
   const RunResult zero1 = train(ranks, lora, batch + " --set parallel.strategy=zero1");
   const RunResult zero2 = train(ranks, lora, batch + " --set parallel.strategy=zero2");
   {
@@ -169,16 +197,18 @@ TEST(ZeroMultirank, MemoryPerRankMatchesTheZeroFormulas) {
   struct Case {
     std::string strategy;
     bool offload;
-    double grads, optimizer;  // multiples of Ψ
+    double params, grads, optimizer;  // multiples of Ψ
   };
-  const std::vector<Case> cases = {{"ddp", false, 2, 12},          {"zero1", false, 2, 12.0 / W},
-                                   {"zero2", false, 2.0 / W, 12.0 / W}, {"ddp", true, 2, 12},
-                                   {"zero1", true, 2, 12.0 / W},    {"zero2", true, 2.0 / W, 12.0 / W}};
+  const std::vector<Case> cases = {
+      {"ddp", false, 2, 2, 12},          {"zero1", false, 2, 2, 12.0 / W},        {"zero2", false, 2, 2.0 / W, 12.0 / W},
+      {"fsdp", false, 2.0 / W, 2.0 / W, 12.0 / W}, {"ddp", true, 2, 2, 12}, {"zero1", true, 2, 2, 12.0 / W},
+      {"zero2", true, 2, 2.0 / W, 12.0 / W},       {"fsdp", true, 2.0 / W, 2.0 / W, 12.0 / W}};
   std::ostringstream table;
   table << "per-rank bytes, bf16 mixed precision, W = " << W << " (Ψ = trainable parameters):\n"
         << std::left << std::setw(16) << "strategy" << std::right << std::setw(14) << "parameters" << std::setw(14)
         << "gradients" << std::setw(14) << "optimizer" << std::setw(16) << "host optimizer" << std::setw(16)
-        << "host gradients" << std::setw(14) << "grad staging" << std::setw(12) << "total/Ψ\n";
+        << "host gradients" << std::setw(14) << "grad staging" << std::setw(12) << "gathered" << std::setw(12)
+        << "total/Ψ\n";
   for (const Case& k : cases) {
     SCOPED_TRACE(k.strategy + (k.offload ? " offload" : ""));
     const std::string cmd = test::bin_path("ft_launch") + " --nproc_per_node 2 " + test::bin_path("zero_worker") + " " +
@@ -203,11 +233,16 @@ TEST(ZeroMultirank, MemoryPerRankMatchesTheZeroFormulas) {
         const double got = j[key].get<double>();
         EXPECT_NEAR(got, multiple * psi, 0.05 * multiple * psi + 1) << key << " on rank " << rank;
       };
-      expect_near("parameters", 2);
+      expect_near("parameters", k.params);
       expect_near("gradients", k.grads);
       expect_near(k.offload ? "host_optimizer" : "optimizer", k.optimizer);
       expect_near(k.offload ? "optimizer" : "host_optimizer", 0);
       if (k.offload) expect_near("host_gradients", k.strategy == "ddp" ? 4 : 4.0 / W);
+      if (k.strategy == "fsdp") {
+        // Whole at peak: the root unit (embeddings, norm, head) and at most two layers.
+        EXPECT_GT(j["gathered"].get<double>(), 0);
+        EXPECT_LE(j["gathered"].get<double>(), j["max_gathered_bytes"].get<double>());
+      }
       if (k.strategy == "zero2") {
         // At most kMaxInFlight + 1 = 3 buckets alive, each its region plus this rank's chunk.
         EXPECT_GT(j["grad_staging"].get<double>(), 0);
@@ -220,7 +255,7 @@ TEST(ZeroMultirank, MemoryPerRankMatchesTheZeroFormulas) {
       for (const char* key : {"parameters", "gradients", "optimizer"}) table << std::setw(14) << j[key].get<std::int64_t>();
       table << std::setw(16) << j["host_optimizer"].get<std::int64_t>() << std::setw(16)
             << j["host_gradients"].get<std::int64_t>() << std::setw(14) << j["grad_staging"].get<std::int64_t>()
-            << std::setw(11) << std::fixed << std::setprecision(2) << total / psi << "\n";
+            << std::setw(12) << j["gathered"].get<std::int64_t>() << std::setw(11) << std::fixed << std::setprecision(2) << total / psi << "\n";
       if (k.strategy == "ddp" && !k.offload) table << "  (Ψ = " << j["psi"].get<std::int64_t>() << ")\n";
     }
   }

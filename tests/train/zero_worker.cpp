@@ -8,6 +8,7 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cinttypes>
 #include <cmath>
 #include <cstdio>
@@ -20,6 +21,7 @@
 #include "dist/process_exit.h"
 #include "model/causal_lm_loss.h"
 #include "optim/grad_clip.h"
+#include "parallel/fsdp_strategy.h"
 #include "parallel/zero_strategy.h"
 #include "train/model_setup.h"
 #include "util/cpu_threads.h"
@@ -74,6 +76,15 @@ int run(int argc, char** argv) {
     for (const auto& b : zero->layout().buckets())
       max_bucket_bytes = std::max<std::int64_t>(max_bucket_bytes, zero->layout().region_numel(b) * c10::elementSize(wire));
   }
+  // FSDP: the root unit plus the two largest layers, in the compute dtype (the bound on what is whole).
+  std::int64_t max_gathered_bytes = 0;
+  if (auto* fsdp = dynamic_cast<ft::parallel::FsdpStrategy*>(strategy.get())) {
+    std::vector<std::int64_t> regions;
+    for (const auto& b : fsdp->layout().buckets()) regions.push_back(fsdp->layout().region_numel(b));
+    std::sort(regions.begin() + 1, regions.end(), std::greater<>());
+    for (std::size_t i = 0; i < std::min<std::size_t>(3, regions.size()); ++i) max_gathered_bytes += regions[i];
+    max_gathered_bytes *= c10::elementSize(ft::train::compute_dtype(c));
+  }
   const ft::Json line = {{"rank", comm.rank()},
                          {"world", comm.world_size()},
                          {"strategy", strategy->name()},
@@ -84,6 +95,8 @@ int run(int argc, char** argv) {
                          {"host_optimizer", m.host_optimizer},
                          {"host_gradients", m.host_gradients},
                          {"grad_staging", m.grad_staging},
+                         {"gathered", m.gathered},
+                         {"max_gathered_bytes", max_gathered_bytes},
                          {"max_bucket_bytes", max_bucket_bytes},
                          {"grad_sum_of_squares", sums}};
   std::printf("MEMORY %s\n", line.dump().c_str());

@@ -1,0 +1,76 @@
+// FSDP (fully sharded data parallel, as PyTorch's FullyShardedDataParallel with FULL_SHARD):
+// the parameters themselves are sharded. The trainable parameters are grouped into units, one
+// per decoder layer plus a root unit for the rest (embeddings, final norm, lm_head), each laid
+// out as one padded flat buffer split into W equal chunks (shard_layout.h with a bucket per
+// unit). A rank keeps only its chunks: parameters in the compute dtype, gradients, fp32 master
+// and AdamW state (on the host with parallel.offload_optimizer) — 16Ψ/W in mixed precision.
+//
+// A layer unit is whole only around its use: all-gathered just before the layer's forward and
+// released after it (its storage freed while the module's parameters stay views into it, so
+// autograd's saved references see the values gathered again later); gathered again when
+// backward reaches the layer (a hook on the layer's output, which with activation checkpointing
+// fires just before the recomputation); its gradients are reduce-scattered as soon as they are
+// all accumulated, and the unit released. So at most a layer or two are whole at a time. The
+// root unit stays whole (its parameters are used at both ends of the model), refreshed by an
+// all-gather after each optimizer step. Gathers are synchronous (no prefetch of the next layer).
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "parallel/flat_parameters.h"
+#include "parallel/optimizer_shard.h"
+#include "parallel/parallel_strategy.h"
+#include "parallel/reduce_scatter_buckets.h"
+#include "parallel/shard_layout.h"
+
+namespace ft::parallel {
+
+class FsdpStrategy : public ParallelStrategy {
+ public:
+  FsdpStrategy(dist::Communicator& comm, StrategyOptions options);
+  ~FsdpStrategy() override;
+  std::string name() const override { return "fsdp"; }
+  void setup(NamedParameters params) override;
+  void before_backward(bool sync) override;
+  void finish_gradients() override;
+  double grad_sum_of_squares() override;
+  void step(double lr, double clip_coef) override;
+  void skip_step() override;
+  StepTimes take_step_times() override;
+  optim::AdamW& optimizer() override { return shard_->optimizer(); }
+  model::LayerRunner layer_runner(bool activation_checkpointing) override;
+  MemoryReport memory() const override;
+  void for_each_full_parameter(const std::function<void(const std::string&, const at::Tensor&)>& fn) override;
+
+  const ShardLayout& layout() const { return *layout_; }
+  // Units whose parameters are whole right now (the root one included).
+  std::size_t gathered_units() const;
+
+ private:
+  struct Unit {
+    std::size_t bucket = 0;                 // its bucket in layout_ (units are in bucket order)
+    std::unique_ptr<FlatParameters> flat;   // the whole unit; storage freed while released
+    bool resident = false;                  // the root unit: never released
+    bool gathered = false;
+  };
+  // All-gathers the unit's chunks into its (re-allocated) flat buffer, unless it is whole.
+  void gather(Unit& unit);
+  // Frees the unit's full buffer (not the root unit's).
+  void release(Unit& unit);
+
+  dist::Communicator& comm_;
+  StrategyOptions options_;
+  std::unique_ptr<ShardLayout> layout_;
+  std::vector<Unit> units_;
+  std::vector<int> unit_of_layer_;  // decoder layer -> unit, -1 when it has no trainable parameter
+  std::vector<std::size_t> unit_of_slot_;
+  at::Tensor shard_values_;  // this rank's parameter chunks in the compute dtype [shard_numel]
+  at::Tensor shard_grad_;    // this rank's gradient chunks [shard_numel]
+  std::unique_ptr<ReduceScatterBuckets> reduce_scatter_;
+  std::unique_ptr<OptimizerShard> shard_;
+  StepTimes times_;
+  std::int64_t gathered_bytes_ = 0, peak_gathered_bytes_ = 0;
+};
+
+}  // namespace ft::parallel

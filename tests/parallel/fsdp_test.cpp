@@ -1,0 +1,166 @@
+// FSDP in one process on a small random LLaMA: step for step DDP's results (with and without
+// activation checkpointing, with accumulation, with offload), the layers' parameters whole only
+// around their use (released between forward and backward and after it), the memory report,
+// the full parameters streamed one unit at a time, and weight decay on norms as configured.
+#include <gtest/gtest.h>
+
+#include <torch/torch.h>
+
+#include <map>
+
+#include "model/causal_lm_loss.h"
+#include "model/llama_model.h"
+#include "parallel/ddp_strategy.h"
+#include "parallel/fsdp_strategy.h"
+#include "test_support.h"
+
+namespace ft::parallel {
+namespace {
+
+io::LlamaConfig small_config(bool tied = false) {
+  io::LlamaConfig c;
+  c.vocab_size = 64;
+  c.hidden_size = 32;
+  c.intermediate_size = 48;
+  c.num_hidden_layers = 3;
+  c.num_attention_heads = 4;
+  c.num_key_value_heads = 2;
+  c.head_dim = 8;
+  c.tie_word_embeddings = tied;
+  return c;
+}
+
+struct TrainRun {
+  std::vector<double> losses;
+  std::vector<std::pair<std::string, at::Tensor>> weights;
+  MemoryReport memory;
+};
+
+// 4 steps of 2 micro-batches of random tokens, every parameter trained.
+TrainRun train(const std::string& strategy, bool checkpointing, bool offload = false, bool tied = false,
+          bool decay_norms = false, const std::function<void(FsdpStrategy&)>& probe = {}) {
+  model::LlamaForCausalLM m(small_config(tied), torch::TensorOptions().dtype(torch::kFloat));
+  model::init_weights(m, 3);
+  NamedParameters params;
+  for (auto& p : m->named_parameters()) {
+    p.value().set_requires_grad(true);
+    params.emplace_back(p.key(), p.value());
+  }
+  auto comm = dist::make_single_process_communicator();
+  StrategyOptions options;
+  options.adamw.weight_decay = 0.1;
+  options.decay_norms = decay_norms;
+  options.offload_optimizer = offload;
+  std::unique_ptr<ParallelStrategy> s;
+  if (strategy == "ddp") s = std::make_unique<DdpStrategy>(*comm, options);
+  if (strategy == "fsdp") s = std::make_unique<FsdpStrategy>(*comm, options);
+  s->setup(params);
+  torch::manual_seed(5);
+  TrainRun run;
+  for (int step = 0; step < 4; ++step) {
+    double loss_sum = 0;
+    for (int micro = 0; micro < 2; ++micro) {
+      s->before_backward(micro == 1);
+      s->before_forward();
+      const at::Tensor ids = torch::randint(64, {2, 12}, torch::kLong);
+      model::ForwardOptions fo;
+      fo.layer_runner = s->layer_runner(checkpointing);
+      model::LossSum loss = model::causal_lm_loss(m(ids, fo), ids);
+      if (probe) probe(dynamic_cast<FsdpStrategy&>(*s));
+      (loss.sum / 44.0).backward();
+      loss_sum += loss.sum.item<double>();
+    }
+    s->finish_gradients();
+    if (probe) probe(dynamic_cast<FsdpStrategy&>(*s));
+    run.losses.push_back(loss_sum);
+    const double norm = std::sqrt(s->grad_sum_of_squares());
+    s->step(1e-2, std::min(1.0, 1.0 / (norm + 1e-6)));
+  }
+  s->for_each_full_parameter([&](const std::string& name, const at::Tensor& t) { run.weights.emplace_back(name, t.clone()); });
+  run.memory = s->memory();
+  return run;
+}
+
+void expect_same(const TrainRun& a, const TrainRun& b) {
+  ASSERT_EQ(a.losses.size(), b.losses.size());
+  for (std::size_t i = 0; i < a.losses.size(); ++i) EXPECT_NEAR(a.losses[i], b.losses[i], 1e-6 * std::abs(b.losses[i]));
+  ASSERT_EQ(a.weights.size(), b.weights.size());
+  for (std::size_t i = 0; i < a.weights.size(); ++i) {
+    EXPECT_EQ(a.weights[i].first, b.weights[i].first);
+    EXPECT_TRUE(torch::allclose(a.weights[i].second, b.weights[i].second, 1e-5, 1e-7)) << a.weights[i].first;
+  }
+}
+
+TEST(FsdpStrategy, OneRankEqualsDdpWithAndWithoutCheckpointingAndOffload) {
+  const TrainRun ddp = train("ddp", false);
+  ASSERT_EQ(ddp.weights.size(), 3u * 9 + 3);  // 9 tensors per layer; embeddings, norm, lm_head
+  for (bool checkpointing : {false, true}) {
+    for (bool offload : {false, true}) {
+      SCOPED_TRACE(std::string(checkpointing ? "checkpointing" : "plain") + (offload ? ", offload" : ""));
+      expect_same(train("fsdp", checkpointing, offload), ddp);
+    }
+  }
+  SCOPED_TRACE("tied embeddings");
+  expect_same(train("fsdp", false, false, /*tied=*/true), train("ddp", false, false, true));
+}
+
+TEST(FsdpStrategy, LayersAreWholeOnlyAroundTheirUse) {
+  // After each forward (the loss computed, backward not yet run) only the root unit is whole;
+  // after backward too: each layer was gathered again for its backward and released after.
+  std::vector<std::size_t> seen;
+  train("fsdp", false, false, false, false, [&](FsdpStrategy& s) { seen.push_back(s.gathered_units()); });
+  ASSERT_FALSE(seen.empty());
+  for (std::size_t n : seen) EXPECT_EQ(n, 1u);
+  train("fsdp", true, false, false, false, [&](FsdpStrategy& s) { EXPECT_EQ(s.gathered_units(), 1u); });
+}
+
+TEST(FsdpStrategy, MemoryReportCountsShardsAndTheGatheredUnits) {
+  const TrainRun fsdp = train("fsdp", false);
+  std::int64_t psi = 0, root = 0, largest_layer = 0;
+  std::map<std::string, std::int64_t> layer_numel;
+  for (const auto& [name, t] : fsdp.weights) {
+    psi += t.numel();
+    if (name.rfind("model.layers.", 0) == 0) {
+      layer_numel[name.substr(0, name.find('.', 13))] += t.numel();
+    } else {
+      root += t.numel();
+    }
+  }
+  for (const auto& [layer, n] : layer_numel) largest_layer = std::max(largest_layer, n);
+  // One rank: the "shard" is everything (fp32: the parameters are the master, m and v 8 bytes).
+  EXPECT_EQ(fsdp.memory.parameters, psi * 4);
+  EXPECT_EQ(fsdp.memory.gradients, psi * 4);
+  EXPECT_EQ(fsdp.memory.optimizer, psi * 8);
+  // At peak: the root unit and at most two layers.
+  EXPECT_GE(fsdp.memory.gathered, (root + largest_layer) * 4);
+  EXPECT_LE(fsdp.memory.gathered, (root + 2 * largest_layer) * 4);
+}
+
+TEST(FsdpStrategy, WeightDecayOnNormsOnlyWhenAsked) {
+  // The segments: matrices decay, 1-D parameters (norm weights) and padding only with decay_norms.
+  const std::vector<FlatSlot> slots = {{"w", 0, 6, {2, 3}}, {"norm", 8, 3, {3}}};
+  for (bool decay_norms : {false, true}) {
+    const auto segments = decay_segments(slots, 12, decay_norms);
+    ASSERT_EQ(segments.size(), 4u);
+    EXPECT_TRUE(segments[0].decay);                 // w
+    EXPECT_FALSE(segments[1].decay);                // padding between
+    EXPECT_EQ(segments[2].decay, decay_norms);      // norm
+    EXPECT_FALSE(segments[3].decay);                // tail padding
+  }
+  // Through the strategies: a different run, the same in FSDP and DDP.
+  const TrainRun off = train("fsdp", false), on = train("fsdp", false, false, false, /*decay_norms=*/true);
+  EXPECT_FALSE(torch::equal(off.weights.back().second, on.weights.back().second));
+  expect_same(on, train("ddp", false, false, false, true));
+}
+
+TEST(FsdpStrategy, MakeStrategyKnowsEveryStrategy) {
+  auto comm = dist::make_single_process_communicator();
+  config::RunConfig c;
+  for (const char* name : {"ddp", "zero1", "zero2", "fsdp"}) {
+    c.parallel.strategy = name;
+    EXPECT_EQ(make_strategy(c, *comm)->name(), name);
+  }
+}
+
+}  // namespace
+}  // namespace ft::parallel
