@@ -71,7 +71,7 @@ void FsdpStrategy::setup(NamedParameters params) {
   }
   layout_ = std::make_unique<ShardLayout>(numels, comm_.world_size(), comm_.rank(), groups);
   unit_of_layer_.assign(static_cast<std::size_t>(layers), -1);
-  unit_of_slot_.assign(params.size(), 0);
+  slot_refs_.assign(params.size(), {});
 
   torch::NoGradGuard no_grad;
   const at::Tensor& first = params[0].second;
@@ -85,9 +85,9 @@ void FsdpStrategy::setup(NamedParameters params) {
     NamedParameters unit_params;
     std::vector<std::int64_t> offsets;
     for (std::size_t s : bucket.slots) {
+      slot_refs_[s] = {b, unit_params.size()};
       unit_params.push_back(params[s]);
       offsets.push_back(layout_->slot_offsets()[s] - bucket.begin);
-      unit_of_slot_[s] = b;
     }
     const std::int64_t layer = layer_of(params[bucket.slots.front()].first);
     Unit unit;
@@ -126,15 +126,19 @@ void FsdpStrategy::setup(NamedParameters params) {
 
 void FsdpStrategy::gather(Unit& unit) {
   if (unit.gathered) return;
+  allocate_storage(unit.flat->values());
+  unit.gathered = true;
+  gathered_bytes_ += unit.flat->values().nbytes();
+  peak_gathered_bytes_ = std::max(peak_gathered_bytes_, gathered_bytes_);
+  all_gather_into(unit);
+}
+
+void FsdpStrategy::all_gather_into(Unit& unit) {
   Stopwatch watch;
   torch::NoGradGuard no_grad;
   at::Tensor& values = unit.flat->values();
-  allocate_storage(values);
   const ShardBucket& b = layout_->buckets()[unit.bucket];
   comm_.all_gather(values, shard_values_.narrow(0, b.shard_offset, b.chunk))->wait();
-  unit.gathered = true;
-  gathered_bytes_ += values.nbytes();
-  peak_gathered_bytes_ = std::max(peak_gathered_bytes_, gathered_bytes_);
   if (comm_.world_size() > 1) times_.bytes_reduced += static_cast<double>(values.nbytes());
   times_.communication += watch.seconds();
 }
@@ -193,13 +197,9 @@ void FsdpStrategy::step(double lr, double clip_coef) {
   torch::NoGradGuard no_grad;
   shard_->step(shard_->fp32_gradient({shard_grad_}), lr, clip_coef);
   if (!shard_->aliased()) shard_->copy_master_to(shard_values_);
-  // The root unit stays whole: gather its updated values now. The layers gather at their use.
-  for (Unit& u : units_) {
-    if (!u.resident) continue;
-    u.gathered = false;
-    gathered_bytes_ -= u.flat->values().nbytes();
-    gather(u);
-  }
+  // The root unit stays whole: gather its updated values into it now. The layers gather at their use.
+  for (Unit& u : units_)
+    if (u.resident) all_gather_into(u);
   shard_grad_.zero_();
   times_.optimizer += watch.seconds();
 }
@@ -220,18 +220,16 @@ MemoryReport FsdpStrategy::memory() const {
 void FsdpStrategy::for_each_full_parameter(const std::function<void(const std::string&, const at::Tensor&)>& fn) {
   // In model order, one unit whole at a time (besides the root one), on every rank alike.
   Unit* current = nullptr;
-  for (std::size_t s = 0; s < unit_of_slot_.size(); ++s) {
-    Unit& unit = units_[unit_of_slot_[s]];
+  for (const SlotRef& ref : slot_refs_) {
+    Unit& unit = units_[ref.unit];
     if (&unit != current) {
       if (current != nullptr) release(*current);
       current = &unit;
       gather(unit);
     }
     if (!comm_.is_root()) continue;
-    for (const FlatSlot& slot : unit.flat->slots()) {
-      if (slot.offset != layout_->slot_offsets()[s] - layout_->buckets()[unit.bucket].begin) continue;
-      fn(slot.name, unit.flat->values().narrow(0, slot.offset, slot.numel).view(slot.shape));
-    }
+    const FlatSlot& slot = unit.flat->slots()[ref.index];
+    fn(slot.name, unit.flat->values().narrow(0, slot.offset, slot.numel).view(slot.shape));
   }
   if (current != nullptr) release(*current);
 }

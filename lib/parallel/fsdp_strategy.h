@@ -54,8 +54,10 @@ class FsdpStrategy : public ParallelStrategy {
     bool resident = false;                  // the root unit: never released
     bool gathered = false;
   };
-  // All-gathers the unit's chunks into its (re-allocated) flat buffer, unless it is whole.
+  // Unless the unit is whole: re-allocates its flat buffer and all-gathers the chunks into it.
   void gather(Unit& unit);
+  // All-gathers the unit's chunks into its allocated flat buffer.
+  void all_gather_into(Unit& unit);
   // Frees the unit's full buffer (not the root unit's).
   void release(Unit& unit);
 
@@ -64,7 +66,10 @@ class FsdpStrategy : public ParallelStrategy {
   std::unique_ptr<ShardLayout> layout_;
   std::vector<Unit> units_;
   std::vector<int> unit_of_layer_;  // decoder layer -> unit, -1 when it has no trainable parameter
-  std::vector<std::size_t> unit_of_slot_;
+  struct SlotRef {
+    std::size_t unit = 0, index = 0;  // parameter `index` of unit `unit`
+  };
+  std::vector<SlotRef> slot_refs_;  // per trainable parameter, in model order
   at::Tensor shard_values_;  // this rank's parameter chunks in the compute dtype [shard_numel]
   at::Tensor shard_grad_;    // this rank's gradient chunks [shard_numel]
   std::unique_ptr<ReduceScatterBuckets> reduce_scatter_;
