@@ -9,8 +9,9 @@
 // OMP_NUM_THREADS=1 unless it is already set. When a rank fails, the others get SIGTERM (and
 // SIGCONT, so that a stopped one can act on it), then SIGKILL after --grace-period seconds
 // (default 10), and ft_launch exits with the failing rank's code (128+N for signal N). SIGINT,
-// SIGTERM and SIGHUP are passed on the same way and ft_launch exits with 128+N; a second one
-// kills at once. The ranks run in a process group of their own, which is killed at the end, so
+// SIGTERM and SIGHUP are passed on to every rank (ft_train then finishes its step, saves a
+// checkpoint and exits 0), with SIGKILL after --stop-grace-period seconds (default 600: time to
+// save); ft_launch exits 0 when every rank did, else 128+N. A second signal kills at once. The ranks run in a process group of their own, which is killed at the end, so
 // nothing is left behind; each child also dies with ft_launch (PR_SET_PDEATHSIG) should
 // ft_launch itself be killed.
 //
@@ -48,7 +49,7 @@ using Clock = std::chrono::steady_clock;
 
 const char* const kUsage =
     "usage: ft_launch [--nproc_per_node N] [--nnodes K --node_rank I --master_addr A] [--master_port P]\n"
-    "                 [--grace-period SECONDS] PROGRAM [ARGS...]\n"
+    "                 [--grace-period SECONDS] [--stop-grace-period SECONDS] PROGRAM [ARGS...]\n"
     "Starts N processes of PROGRAM with RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR and\n"
     "MASTER_PORT set, prefixes their output with [rank R], and stops all of them when one fails.\n";
 
@@ -58,7 +59,8 @@ struct Options {
   int node_rank = 0;
   std::string master_addr;
   int master_port = 0;
-  double grace_s = 10;
+  double grace_s = 10;        // after a rank failed
+  double stop_grace_s = 600;  // after a signal was passed on: the ranks save a checkpoint
   std::vector<std::string> command;
 };
 
@@ -108,12 +110,13 @@ Options parse_args(int argc, char** argv, bool* help) {
       o.master_addr = value;
     } else if (arg == "--master_port") {
       o.master_port = parse_int(arg, value, 1, 65535);
-    } else if (arg == "--grace_period") {
+    } else if (arg == "--grace_period" || arg == "--stop_grace_period") {
       char* end = nullptr;
-      o.grace_s = std::strtod(value.c_str(), &end);
-      if (value.empty() || *end != '\0' || !(o.grace_s >= 0)) {
-        throw ft::app::UsageError{"--grace-period: expected seconds >= 0, got \"" + value + "\""};
+      const double seconds = std::strtod(value.c_str(), &end);
+      if (value.empty() || *end != '\0' || !(seconds >= 0)) {
+        throw ft::app::UsageError{"--" + arg.substr(2) + ": expected seconds >= 0, got \"" + value + "\""};
       }
+      (arg == "--grace_period" ? o.grace_s : o.stop_grace_s) = seconds;
     } else {
       throw ft::app::UsageError{"unknown option " + arg};
     }
@@ -315,12 +318,12 @@ int launch(const Options& o) {
   auto signal_group = [&](int signo) {
     if (running > 0) ::kill(-group, signo);
   };
-  auto stop_all = [&](int signo) {
+  auto stop_all = [&](int signo, double grace_s) {
     signal_group(signo);
     signal_group(SIGCONT);  // a stopped rank acts on SIGTERM only once it runs again
     if (!stopping) {
       stopping = true;
-      kill_at = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.grace_s));
+      kill_at = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(grace_s));
     }
   };
 
@@ -345,7 +348,7 @@ int launch(const Options& o) {
           if (running > 0) {
             say(ft::str("rank ", c.rank, " (pid ", pid, ") ", describe_status(status), "; stopping the other ranks (SIGTERM, then SIGKILL after ",
                         o.grace_s, " s)"));
-            stop_all(SIGTERM);
+            stop_all(SIGTERM, o.grace_s);
           } else {
             say(ft::str("rank ", c.rank, " (pid ", pid, ") ", describe_status(status)));
           }
@@ -365,7 +368,8 @@ int launch(const Options& o) {
     for (const Stream& s : streams) open = open || s.fd >= 0;
     if (running == 0 && (!open || Clock::now() >= drain_until)) break;
     if (stopping && !killed && running > 0 && Clock::now() >= kill_at) {
-      say(ft::str(running, " rank(s) still running ", o.grace_s, " s after SIGTERM: SIGKILL"));
+      say(ft::str(running, " rank(s) still running ", interrupted != 0 ? o.stop_grace_s : o.grace_s, " s after ",
+                  interrupted != 0 ? strsignal(interrupted) : "SIGTERM", ": SIGKILL"));
       signal_group(SIGKILL);
       killed = true;
     }
@@ -398,8 +402,9 @@ int launch(const Options& o) {
         if (signo == SIGCHLD) continue;  // reaped at the top of the loop
         if (interrupted == 0) {
           interrupted = signo;
-          say(ft::str("got ", strsignal(signo), ": passing it to the ranks"));
-          stop_all(signo);
+          say(ft::str("got ", strsignal(signo), ": passing it to the ranks (SIGKILL after ", o.stop_grace_s,
+                      " s; send it again to kill them now)"));
+          stop_all(signo, o.stop_grace_s);
         } else {
           say(ft::str("got ", strsignal(signo), " again: SIGKILL"));
           signal_group(SIGKILL);
@@ -419,7 +424,12 @@ int launch(const Options& o) {
     }
   }
   for (Stream& s : streams) s.close_stream();
-  if (interrupted != 0) return 128 + interrupted;
+  if (interrupted != 0) {
+    // Every rank exiting 0 after the signal means they stopped cleanly (ft_train: with a checkpoint).
+    bool all_clean = !killed;
+    for (const Child& c : children) all_clean = all_clean && c.code == 0;
+    return all_clean ? 0 : 128 + interrupted;
+  }
   return failed_rank >= 0 ? failed_code : 0;
 }
 

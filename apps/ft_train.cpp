@@ -2,8 +2,14 @@
 //   ft_train configs/tiny_lora.json                                   # one process
 //   ft_launch --nproc_per_node 2 ft_train configs/tiny_lora.json      # two ranks
 //   torchrun --nproc_per_node 2 --no-python ft_train configs/tiny_lora.json   # the same
-// Writes RUN_DIR/config.json, metrics.jsonl and adapter/ (LoRA) or model/ (full fine-tune).
+//   ft_train configs/tiny_lora.json --resume runs/tiny_lora/checkpoints/step_000020
+// Writes RUN_DIR/config.json, metrics.jsonl, checkpoints/ and adapter/ (LoRA) or model/ (full
+// fine-tune). With checkpoint.resume "auto" (the default) a run continues from
+// RUN_DIR/checkpoints/latest when there is one. SIGTERM or SIGINT during training: every rank
+// finishes its step, a checkpoint is saved, exit code 0.
 #include <cxxopts.hpp>
+
+#include <signal.h>
 
 #include <iostream>
 
@@ -14,6 +20,7 @@
 #include "dist/gpu_checks.h"
 #include "dist/make_communicator.h"
 #include "dist/process_exit.h"
+#include "train/stop_request.h"
 #include "train/trainer.h"
 #include "util/log.h"
 
@@ -22,7 +29,10 @@ namespace {
 int run(int argc, char** argv) {
   cxxopts::Options options("ft_train", "Fine-tune a LLaMA-family model as configured (one rank).");
   ft::app::add_config_options(options);
-  options.add_options()("h,help", "show this help");
+  options.add_options()("resume", "continue from this checkpoint folder (default: checkpoints/latest when "
+                                  "checkpoint.resume is \"auto\")", cxxopts::value<std::string>())(
+      "resume-force", "resume even though the config changed something that changes the training")(
+      "h,help", "show this help");
   auto args = options.parse(argc, argv);
   if (args.count("help")) {
     std::cout << options.help() << std::endl;
@@ -39,8 +49,14 @@ int run(int argc, char** argv) {
       ft::log::warn(finding.message);
     }
   }
+  // A file-size limit (ulimit -f) shows up as a write error naming the file, not a killed process.
+  ::signal(SIGXFSZ, SIG_IGN);
+  ft::train::install_stop_handlers();
+  ft::train::ResumeOptions resume;
+  if (args.count("resume")) resume.path = args["resume"].as<std::string>();
+  resume.force = args.count("resume-force") > 0;
   ft::dist::World world = ft::dist::join_world(config, device);
-  ft::train::run_training(config, *world.comm, device);
+  ft::train::run_training(config, *world.comm, device, resume);
   return 0;
 }
 

@@ -2,6 +2,7 @@
 find_package(Torch REQUIRED)          # libtorch-dev: LibTorch 1.13, or a CUDA LibTorch 2.x via CMAKE_PREFIX_PATH
 find_package(nlohmann_json 3 REQUIRED)
 find_package(Threads REQUIRED)
+find_package(ZLIB REQUIRED)           # zlib1g-dev: crc32 for checkpoint checksums
 find_path(CXXOPTS_INCLUDE_DIR cxxopts.hpp REQUIRED)
 add_library(ft_cxxopts INTERFACE)
 target_include_directories(ft_cxxopts SYSTEM INTERFACE ${CXXOPTS_INCLUDE_DIR})

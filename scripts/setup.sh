@@ -11,6 +11,7 @@ packages=(
   nlohmann-json3-dev      # configs, safetensors headers, HF config.json
   libcxxopts-dev          # command-line parsing in apps/
   libgtest-dev            # unit and multi-rank tests
+  zlib1g-dev              # CRC-32 checksums of checkpoint files
   python3-torch           # reference values (tests/reference/*.py)
   python3-sentencepiece   # reference tokenization (ft reads tokenizer.model itself, see lib/data/tokenizer.h)
   python3-numpy

@@ -12,6 +12,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
+#include <exception>
 #include <functional>
 #include <iomanip>
 #include <mutex>
@@ -175,7 +176,9 @@ struct Shared {
       pg.release();
       return;
     }
-    if (monitor) monitor->leave();
+    // Destroyed while an error unwinds the stack: leave at once, so the other ranks see this one
+    // gone instead of waiting on it.
+    if (monitor) monitor->leave(/*wait_for_others=*/std::uncaught_exceptions() == 0);
     pg.reset();
   }
 };

@@ -11,6 +11,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <exception>
 #include <iomanip>
 #include <mutex>
 #include <sstream>
@@ -220,7 +221,9 @@ struct Shared {
         abort();
       }
     }
-    if (monitor) monitor->leave();
+    // Destroyed while an error unwinds the stack: leave at once, so the other ranks see this one
+    // gone instead of waiting on it.
+    if (monitor) monitor->leave(/*wait_for_others=*/std::uncaught_exceptions() == 0);
     if (barrier_value != nullptr) cudaFree(barrier_value);
     if (stream != nullptr) cudaStreamDestroy(stream);
   }

@@ -261,13 +261,13 @@ bool PeerMonitor::stop() {
   return false;
 }
 
-void PeerMonitor::leave() {
+void PeerMonitor::leave(bool wait_for_others) {
   if (!stop()) return;  // the store is not answering: nobody to check out with
   State& s = *state_;
   try {
     const std::string key = s.prefix + "left";
     s.client->add(key, 1);
-    if (s.rank != 0) return;
+    if (s.rank != 0 || !wait_for_others) return;
     const auto deadline = Clock::now() + std::chrono::duration<double>(std::min(s.timeout_s, 30.0));
     while (s.client->add(key, 0) < s.world_size && Clock::now() < deadline) {
       std::this_thread::sleep_for(std::chrono::milliseconds(5));

@@ -73,8 +73,9 @@ class PeerMonitor {
 
   // Normal shutdown: stop(), then check out; rank 0, which hosts the store, waits (at most
   // min(timeout, 30 s)) until every rank has checked out, so that no rank loses the store while
-  // finishing its last call. Never throws.
-  void leave();
+  // finishing its last call; not when wait_for_others is false (this rank is failing: the others
+  // must learn it at once, not after the timeout). Never throws.
+  void leave(bool wait_for_others = true);
 
  private:
   struct State;

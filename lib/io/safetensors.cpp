@@ -173,6 +173,17 @@ at::Tensor SafetensorsReader::load(const std::string& name) const {
   return out;
 }
 
+at::Tensor SafetensorsReader::view(const std::string& name) const {
+  const TensorInfo& t = info(name);
+  FT_CHECK(t.dtype->scalar.has_value(), path_, ": tensor '", name, "' has dtype ", t.dtype->name,
+           ", which this LibTorch cannot hold");
+  const auto type = *t.dtype->scalar;
+  const std::uint8_t* data = file_->data() + header_.data_start + t.begin;
+  FT_CHECK(reinterpret_cast<std::uintptr_t>(data) % c10::elementSize(type) == 0, path_, ": tensor '", name,
+           "' is not aligned for its dtype");
+  return torch::from_blob(const_cast<std::uint8_t*>(data), t.shape, torch::TensorOptions().dtype(type));
+}
+
 std::string safetensors_header_json(const NamedTensors& tensors,
                                     const std::map<std::string, std::string>& metadata) {
   Json header = Json::object();

@@ -64,6 +64,9 @@ class SafetensorsReader {
   const TensorInfo& info(const std::string& name) const;
   // A CPU tensor owning a copy of the stored bytes, in the stored dtype.
   at::Tensor load(const std::string& name) const;
+  // The stored bytes in place, without a copy: read-only, valid while the reader lives, and
+  // only for data that is aligned for its dtype (writers here align every tensor).
+  at::Tensor view(const std::string& name) const;
 
  private:
   std::string path_;

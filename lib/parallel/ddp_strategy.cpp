@@ -49,6 +49,17 @@ void DdpStrategy::step(double lr, double clip_coef) {
 
 void DdpStrategy::skip_step() { flat_->zero_grads(); }
 
+std::vector<ShardPiece> DdpStrategy::shard_pieces() const {
+  std::vector<ShardPiece> pieces;
+  for (const FlatSlot& s : flat_->slots()) pieces.push_back({s.name, 0, s.numel, s.offset});
+  return pieces;
+}
+
+void DdpStrategy::reload_parameters_from_master() {
+  torch::NoGradGuard no_grad;
+  if (!shard_->aliased()) shard_->copy_master_to(flat_->values());
+}
+
 MemoryReport DdpStrategy::memory() const {
   MemoryReport m;
   m.parameters = flat_->values().nbytes();

@@ -27,6 +27,10 @@ class DdpStrategy : public ParallelStrategy {
   void skip_step() override;
   StepTimes take_step_times() override;
   optim::AdamW& optimizer() override { return shard_->optimizer(); }
+  OptimizerShard& optimizer_shard() override { return *shard_; }
+  std::vector<ShardPiece> shard_pieces() const override;
+  bool state_replicated() const override { return true; }
+  void reload_parameters_from_master() override;
   MemoryReport memory() const override;
   void for_each_full_parameter(const std::function<void(const std::string&, const at::Tensor&)>& fn) override;
 

@@ -61,7 +61,9 @@ void FsdpStrategy::setup(NamedParameters params) {
     const std::int64_t layer = layer_of(params[i].first);
     (layer < 0 ? root : by_layer[layer]).push_back(i);
     numels.push_back(params[i].second.numel());
+    slot_names_.push_back(params[i].first);
   }
+  slot_numels_ = numels;
   std::vector<std::vector<std::size_t>> groups;
   if (!root.empty()) groups.push_back(root);
   std::int64_t layers = 0;
@@ -196,13 +198,20 @@ void FsdpStrategy::step(double lr, double clip_coef) {
   Stopwatch watch;
   torch::NoGradGuard no_grad;
   shard_->step(shard_->fp32_gradient({shard_grad_}), lr, clip_coef);
+  reload_parameters_from_master();
+  shard_grad_.zero_();
+  times_.optimizer += watch.seconds();
+}
+
+void FsdpStrategy::reload_parameters_from_master() {
+  torch::NoGradGuard no_grad;
   if (!shard_->aliased()) shard_->copy_master_to(shard_values_);
   // The root unit stays whole: gather its updated values into it now. The layers gather at their use.
   for (Unit& u : units_)
     if (u.resident) all_gather_into(u);
-  shard_grad_.zero_();
-  times_.optimizer += watch.seconds();
 }
+
+std::vector<ShardPiece> FsdpStrategy::shard_pieces() const { return layout_->shard_pieces(slot_names_, slot_numels_); }
 
 void FsdpStrategy::skip_step() { shard_grad_.zero_(); }
 

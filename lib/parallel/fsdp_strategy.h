@@ -39,6 +39,9 @@ class FsdpStrategy : public ParallelStrategy {
   void skip_step() override;
   StepTimes take_step_times() override;
   optim::AdamW& optimizer() override { return shard_->optimizer(); }
+  OptimizerShard& optimizer_shard() override { return *shard_; }
+  std::vector<ShardPiece> shard_pieces() const override;
+  void reload_parameters_from_master() override;
   model::LayerRunner layer_runner(bool activation_checkpointing) override;
   MemoryReport memory() const override;
   void for_each_full_parameter(const std::function<void(const std::string&, const at::Tensor&)>& fn) override;
@@ -70,6 +73,8 @@ class FsdpStrategy : public ParallelStrategy {
     std::size_t unit = 0, index = 0;  // parameter `index` of unit `unit`
   };
   std::vector<SlotRef> slot_refs_;  // per trainable parameter, in model order
+  std::vector<std::string> slot_names_;
+  std::vector<std::int64_t> slot_numels_;
   at::Tensor shard_values_;  // this rank's parameter chunks in the compute dtype [shard_numel]
   at::Tensor shard_grad_;    // this rank's gradient chunks [shard_numel]
   std::unique_ptr<ReduceScatterBuckets> reduce_scatter_;

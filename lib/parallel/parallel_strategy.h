@@ -17,8 +17,11 @@
 #include "dist/communicator.h"
 #include "model/llama_model.h"
 #include "optim/adamw.h"
+#include "parallel/shard_layout.h"
 
 namespace ft::parallel {
+
+class OptimizerShard;
 
 using NamedParameters = std::vector<std::pair<std::string, at::Tensor>>;
 
@@ -83,6 +86,16 @@ class ParallelStrategy {
   virtual StepTimes take_step_times() = 0;
   // The optimizer of this rank (its shard), for checkpoints.
   virtual optim::AdamW& optimizer() = 0;
+
+  // For checkpoints: this rank's fp32 master weights and AdamW state (optimizer_shard().master()
+  // and optimizer().state(), live buffers) described as pieces of the parameters. `replicated`:
+  // every rank holds the same whole state (DDP), so rank 0's copy is all a checkpoint needs.
+  virtual OptimizerShard& optimizer_shard() = 0;
+  virtual std::vector<ShardPiece> shard_pieces() const = 0;
+  virtual bool state_replicated() const { return false; }
+  // Collective: after a checkpoint was read into the master weights, makes the parameters (in
+  // the compute dtype, on every rank) equal to them again, as after an optimizer step.
+  virtual void reload_parameters_from_master() = 0;
 
   // The hook the model's forward runs each decoder layer through (FSDP gathers the layer's
   // parameters around it; with activation checkpointing the layer is recomputed in backward).

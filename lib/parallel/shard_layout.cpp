@@ -46,6 +46,20 @@ void ShardLayout::build(const std::vector<std::int64_t>& slot_numels, const std:
   for (std::size_t s = 0; s < offsets_.size(); ++s) FT_ASSERT(offsets_[s] >= 0, "slot ", s, " in a bucket");
 }
 
+std::vector<ShardPiece> ShardLayout::shard_pieces(const std::vector<std::string>& slot_names,
+                                                 const std::vector<std::int64_t>& slot_numels) const {
+  FT_ASSERT(slot_names.size() == offsets_.size() && slot_numels.size() == offsets_.size(), "one name per slot");
+  std::vector<ShardPiece> pieces;
+  for (const ShardBucket& b : buckets_) {
+    const std::int64_t begin = chunk_begin(b), end = begin + b.chunk;
+    for (std::size_t s : b.slots) {
+      const std::int64_t from = std::max(begin, offsets_[s]), to = std::min(end, offsets_[s] + slot_numels[s]);
+      if (from < to) pieces.push_back({slot_names[s], from - offsets_[s], to - from, b.shard_offset + (from - begin)});
+    }
+  }
+  return pieces;
+}
+
 std::vector<optim::DecaySegment> ShardLayout::shard_segments(const std::vector<optim::DecaySegment>& flat) const {
   std::vector<optim::DecaySegment> out;
   for (const ShardBucket& b : buckets_) {

@@ -6,11 +6,23 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "optim/adamw.h"
 
 namespace ft::parallel {
+
+// A contiguous run of a rank's shard (its master weights and AdamW moments): elements
+// [param_offset, param_offset + length) of parameter `name` (flattened), at `shard_offset` in the
+// shard. A checkpoint stores each rank's shard with its pieces, so that it can be read back into
+// any other layout (another world size, another strategy).
+struct ShardPiece {
+  std::string name;
+  std::int64_t param_offset = 0;
+  std::int64_t length = 0;
+  std::int64_t shard_offset = 0;
+};
 
 struct ShardBucket {
   std::int64_t begin = 0;         // first element of the bucket's region in the flat buffer
@@ -40,6 +52,9 @@ class ShardLayout {
   std::int64_t region_numel(const ShardBucket& b) const { return b.chunk * world_; }
   // First flat element of this rank's chunk of `b`.
   std::int64_t chunk_begin(const ShardBucket& b) const { return b.begin + b.chunk * rank_; }
+  // This rank's shard as pieces of the named parameters (slot order), padding left out.
+  std::vector<ShardPiece> shard_pieces(const std::vector<std::string>& slot_names,
+                                       const std::vector<std::int64_t>& slot_numels) const;
   // The weight-decay segments of this rank's shard, from those of the flat buffer.
   std::vector<optim::DecaySegment> shard_segments(const std::vector<optim::DecaySegment>& flat_segments) const;
 

@@ -24,7 +24,9 @@ void ZeroStrategy::setup(NamedParameters params) {
   for (auto& [name, p] : params) {
     tensors.push_back(p);
     numels.push_back(p.numel());
+    slot_names_.push_back(name);
   }
+  slot_numels_ = numels;
   FT_CHECK(!tensors.empty(), "there are no trainable parameters");
   layout_ = std::make_unique<ShardLayout>(numels, comm_.world_size(), comm_.rank(),
                                           bucket_elements(options_.bucket_mb, options_.grad_comm_dtype));
@@ -98,6 +100,17 @@ void ZeroStrategy::step(double lr, double clip_coef) {
   torch::NoGradGuard no_grad;
   const at::Tensor grad = shard_->fp32_gradient(gradient_shard());
   shard_->step(grad, lr, clip_coef);
+  gather_parameters_from_master();
+  zero_gradients();
+  times_.optimizer += watch.seconds();
+}
+
+void ZeroStrategy::reload_parameters_from_master() { gather_parameters_from_master(); }
+
+std::vector<ShardPiece> ZeroStrategy::shard_pieces() const { return layout_->shard_pieces(slot_names_, slot_numels_); }
+
+void ZeroStrategy::gather_parameters_from_master() {
+  torch::NoGradGuard no_grad;
   // The updated shard in the compute dtype on the parameters' device (a copy back from the host
   // when offloaded), gathered bucket by bucket straight into the flat parameters.
   const at::Tensor& master = shard_->master();
@@ -117,8 +130,6 @@ void ZeroStrategy::step(double lr, double clip_coef) {
   }
   for (; !works.empty(); works.pop_front()) works.front()->wait();
   if (comm_.world_size() > 1) times_.bytes_reduced += static_cast<double>(values.nbytes());
-  zero_gradients();
-  times_.optimizer += watch.seconds();
 }
 
 void ZeroStrategy::zero_gradients() {

@@ -32,6 +32,9 @@ class ZeroStrategy : public ParallelStrategy {
   void skip_step() override;
   StepTimes take_step_times() override;
   optim::AdamW& optimizer() override { return shard_->optimizer(); }
+  OptimizerShard& optimizer_shard() override { return *shard_; }
+  std::vector<ShardPiece> shard_pieces() const override;
+  void reload_parameters_from_master() override;
   MemoryReport memory() const override;
   void for_each_full_parameter(const std::function<void(const std::string&, const at::Tensor&)>& fn) override;
 
@@ -42,12 +45,16 @@ class ZeroStrategy : public ParallelStrategy {
   // This rank's gradient shard, as views (ZeRO-1: chunks of the flat gradient; ZeRO-2: the shard).
   std::vector<at::Tensor> gradient_shard();
   void zero_gradients();
+  // The master shard in the compute dtype, all-gathered bucket by bucket into the flat parameters.
+  void gather_parameters_from_master();
 
   int stage_;
   dist::Communicator& comm_;
   StrategyOptions options_;
   std::unique_ptr<ShardLayout> layout_;
   std::unique_ptr<FlatParameters> flat_;
+  std::vector<std::string> slot_names_;
+  std::vector<std::int64_t> slot_numels_;
   std::unique_ptr<GradBuckets> all_reduce_;            // ZeRO-1
   at::Tensor shard_grad_;                              // ZeRO-2: [shard_numel] in the compute dtype
   std::unique_ptr<ReduceScatterBuckets> reduce_scatter_;  // ZeRO-2

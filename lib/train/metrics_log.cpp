@@ -28,6 +28,32 @@ void MetricsLog::write(const Json& record) {
            ": write failed: ", std::strerror(errno));
 }
 
+void truncate_metrics(const std::string& path, std::int64_t step, bool keep_eval_at_step) {
+  if (!file_exists(path)) return;
+  const std::string text = read_file(path);
+  std::string kept;
+  std::size_t begin = 0;
+  while (begin < text.size()) {
+    std::size_t end = text.find('\n', begin);
+    if (end == std::string::npos) break;  // a torn last line
+    const std::string line = text.substr(begin, end - begin);
+    begin = end + 1;
+    Json record;
+    try {
+      record = parse_json(line, path);
+    } catch (const Error&) {
+      continue;
+    }
+    if (record.is_object() && record.contains("step") && record["step"].is_number_integer()) {
+      const std::int64_t s = record["step"].get<std::int64_t>();
+      if (s > step) continue;
+      if (s == step && record.contains("eval_loss") && !keep_eval_at_step) continue;
+    }
+    kept += line + "\n";
+  }
+  write_file_atomic(path, kept);
+}
+
 std::int64_t peak_rss_bytes() {
   struct rusage usage;
   ::getrusage(RUSAGE_SELF, &usage);

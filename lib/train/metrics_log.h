@@ -26,6 +26,12 @@ class MetricsLog {
   std::string path_;
 };
 
+// For a run resumed from the checkpoint of `step`: drops the records that the interrupted run
+// logged after it (they are logged again), and the evaluation at `step` itself unless
+// keep_eval_at_step (an evaluation inside the loop comes before that step's checkpoint; the
+// final one after it). A torn last line is dropped too. Rewrites the file atomically.
+void truncate_metrics(const std::string& path, std::int64_t step, bool keep_eval_at_step);
+
 // Peak resident memory of this process (bytes), from getrusage: a CPU-side upper bound until
 // the counting allocator of the memory planner is installed.
 std::int64_t peak_rss_bytes();

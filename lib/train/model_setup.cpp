@@ -2,6 +2,9 @@
 
 #include <torch/torch.h>
 
+#include <functional>
+#include <memory>
+
 #include "data/tokenizer.h"
 #include "io/dtype.h"
 #include "io/safetensors.h"
@@ -52,9 +55,18 @@ TrainableModel build_trainable_model(const config::RunConfig& c, const data::Tok
   return tm;
 }
 
-void save_result(const config::RunConfig& c, TrainableModel& tm, parallel::ParallelStrategy& strategy,
-                 dist::Communicator& comm, const data::Tokenizer& tokenizer) {
+void write_trained_weights(const config::RunConfig& c, TrainableModel& tm, parallel::ParallelStrategy& strategy,
+                           dist::Communicator& comm, const data::Tokenizer& tokenizer, const std::string& dir) {
   const bool root = comm.is_root();
+  std::string error;  // rank 0's first failure; the gathers go on without writing
+  auto on_root = [&](const std::function<void()>& fn) {
+    if (!root || !error.empty()) return;
+    try {
+      fn();
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  };
   if (tm.lora) {
     // Sharded strategies hold the LoRA weights in shards (FSDP frees the model's copies): take
     // fp32 copies as the strategy gathers them.
@@ -62,32 +74,38 @@ void save_result(const config::RunConfig& c, TrainableModel& tm, parallel::Paral
     strategy.for_each_full_parameter([&](const std::string& name, const at::Tensor& value) {
       adapter.emplace_back(name, value.detach().to(torch::kCPU, torch::kFloat, false, /*copy=*/true));
     });
-    if (!root) return;
-    const std::string dir = join_path(c.run_dir, "adapter");
-    model::save_adapter(adapter, *tm.lora, dir, c.model.path);
-    log::info("adapter written to ", dir);
+    on_root([&] { model::save_adapter(adapter, *tm.lora, dir, c.model.path); });
+    FT_CHECK(error.empty(), error);
     return;
   }
   // Full fine-tune: an HF folder in the compute dtype, streamed one parameter at a time as the
   // strategy gathers them; a tied head is not written (as transformers' save_pretrained does).
-  const std::string dir = join_path(c.run_dir, "model");
   std::unique_ptr<io::SafetensorsStreamWriter> writer;
-  if (root) {
+  on_root([&] {
     make_directories(dir);
     std::vector<io::SafetensorsStreamWriter::Entry> entries;
     for (auto& [name, p] : tm.trainable) entries.push_back({name, compute_dtype(c), p.sizes().vec()});
     writer = std::make_unique<io::SafetensorsStreamWriter>(join_path(dir, "model.safetensors"), entries);
-  }
-  strategy.for_each_full_parameter([&](const std::string& name, const at::Tensor& value) { writer->write(name, value); });
-  if (!root) return;
-  writer->finish();
-  write_file_atomic(join_path(dir, "config.json"), tm.model->config().to_json(compute_dtype(c)).dump(2) + "\n");
-  for (const char* name : {"tokenizer_config.json", "special_tokens_map.json", "generation_config.json"}) {
-    const std::string from = join_path(c.model.path, name);
-    if (file_exists(from)) write_file_atomic(join_path(dir, name), read_file(from));
-  }
-  write_file_atomic(join_path(dir, "tokenizer.model"), read_file(tokenizer.path()));
-  log::info("model written to ", dir);
+  });
+  strategy.for_each_full_parameter(
+      [&](const std::string& name, const at::Tensor& value) { on_root([&] { writer->write(name, value); }); });
+  on_root([&] {
+    writer->finish();
+    write_file_atomic(join_path(dir, "config.json"), tm.model->config().to_json(compute_dtype(c)).dump(2) + "\n");
+    for (const char* name : {"tokenizer_config.json", "special_tokens_map.json", "generation_config.json"}) {
+      const std::string from = join_path(c.model.path, name);
+      if (file_exists(from)) write_file_atomic(join_path(dir, name), read_file(from));
+    }
+    write_file_atomic(join_path(dir, "tokenizer.model"), read_file(tokenizer.path()));
+  });
+  FT_CHECK(error.empty(), error);
+}
+
+void save_result(const config::RunConfig& c, TrainableModel& tm, parallel::ParallelStrategy& strategy,
+                 dist::Communicator& comm, const data::Tokenizer& tokenizer) {
+  const std::string dir = join_path(c.run_dir, tm.lora ? "adapter" : "model");
+  write_trained_weights(c, tm, strategy, comm, tokenizer, dir);
+  if (comm.is_root()) log::info(tm.lora ? "adapter" : "model", " written to ", dir);
 }
 
 }  // namespace ft::train

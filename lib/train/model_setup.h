@@ -30,8 +30,14 @@ c10::ScalarType compute_dtype(const config::RunConfig& config);
 TrainableModel build_trainable_model(const config::RunConfig& config, const data::Tokenizer& tokenizer,
                                      c10::Device device = c10::kCPU);
 
-// After training, on every rank (collective for sharded strategies; rank 0 writes): the adapter
-// (LoRA) or the whole model (full fine-tune), gathered one parameter group at a time.
+// Collective (every rank calls it; rank 0 writes): the adapter in PEFT's layout (LoRA) or the
+// whole model as a Hugging Face folder (full fine-tune) into `dir`, gathered one parameter group
+// at a time. When rank 0's writing fails (a full disk) it still takes part in every gather and
+// throws at the end, so the other ranks never wait on a collective it skipped.
+void write_trained_weights(const config::RunConfig& config, TrainableModel& model, parallel::ParallelStrategy& strategy,
+                           dist::Communicator& comm, const data::Tokenizer& tokenizer, const std::string& dir);
+
+// After training: write_trained_weights into RUN_DIR/adapter or RUN_DIR/model.
 void save_result(const config::RunConfig& config, TrainableModel& model, parallel::ParallelStrategy& strategy,
                  dist::Communicator& comm, const data::Tokenizer& tokenizer);
 

@@ -5,6 +5,10 @@
 #include <cmath>
 #include <thread>
 
+#include "checkpoint/checkpoint_folder.h"
+#include "checkpoint/checkpoint_reader.h"
+#include "checkpoint/checkpoint_writer.h"
+#include "checkpoint/resume.h"
 #include "data/data_loader.h"
 #include "data/prepared_data.h"
 #include "data/tokenizer.h"
@@ -19,8 +23,10 @@
 #include "train/metrics_log.h"
 #include "train/model_setup.h"
 #include "train/progress.h"
+#include "train/stop_request.h"
 #include "util/cpu_threads.h"
 #include "util/error.h"
+#include "util/fault_point.h"
 #include "util/file_util.h"
 #include "util/log.h"
 #include "util/timer.h"
@@ -44,21 +50,43 @@ Json eval_record(std::int64_t step, const EvalResult& r) {
 void check_supported(const config::RunConfig& c) {
   FT_CHECK(c.model.quantize == "none", "model.quantize \"", c.model.quantize,
            "\" is not implemented in this build yet (use \"none\")");
-  FT_CHECK(c.checkpoint.every_steps == 0,
-           "checkpoint.every_steps is not implemented in this build yet (set it to 0: the result is written at the end)");
+}
+
+// The checkpoint to continue from, opened and checked against this run's config; null for a
+// fresh start. Every rank reads the same files and so reaches the same verdict.
+std::unique_ptr<checkpoint::CheckpointReader> open_resume_checkpoint(const config::RunConfig& c,
+                                                                     const ResumeOptions& resume) {
+  const std::optional<std::string> dir = checkpoint::checkpoint_to_resume(c, resume.path);
+  if (!dir) return nullptr;
+  auto reader = std::make_unique<checkpoint::CheckpointReader>(*dir);
+  const std::vector<std::string> diffs = checkpoint::math_differences(reader->config(), c.resolved);
+  if (!diffs.empty()) {
+    std::string list;
+    for (const auto& d : diffs) list += "\n  " + d;
+    FT_CHECK(resume.force, *dir, " was saved with a config that differs in what changes the training:", list,
+             "\nresuming would not continue the same run. Use --resume-force to resume anyway, checkpoint.resume "
+             "\"none\" (or another run_dir) to start afresh");
+    log::warn("resuming despite config changes (--resume-force):", list);
+  }
+  return reader;
 }
 
 }  // namespace
 
-TrainSummary run_training(const config::RunConfig& c, dist::Communicator& comm, c10::Device device) {
+TrainSummary run_training(const config::RunConfig& c, dist::Communicator& comm, c10::Device device,
+                          const ResumeOptions& resume) {
   check_supported(c);
   const bool root = comm.is_root();
+  const std::unique_ptr<checkpoint::CheckpointReader> ckpt = open_resume_checkpoint(c, resume);
+  const std::int64_t start_step = ckpt ? ckpt->state().step : 0;
   configure_cpu_threads(threads_per_rank(c));
   // Dropout masks come from LibTorch's default generator: seeded from train.seed so a run repeats
   // exactly, and per rank so ranks do not drop the same positions of different samples.
   at::manual_seed(c.train.seed + static_cast<std::uint64_t>(comm.rank()));
   if (root) {
     make_directories(c.run_dir);
+    for (const std::string& dir : checkpoint::remove_unfinished(c.run_dir))
+      log::info("removed ", dir, " (a checkpoint save that did not finish)");
     write_file_atomic(join_path(c.run_dir, "config.json"), c.resolved.dump(2) + "\n");
     log::info("config (", c.source, ", resolved):\n", c.resolved.dump(2));
   }
@@ -77,6 +105,13 @@ TrainSummary run_training(const config::RunConfig& c, dist::Communicator& comm, 
   // What the strategy did not place (FSDP's model loads on the host: frozen weights); parameters
   // already on the device are left alone.
   if (!device.is_cpu()) tm.model->to(device);
+  if (ckpt) {
+    ckpt->load_optimizer_state(*strategy, comm);
+    // Dropout continues the same random stream; on another world size ranks hold other samples
+    // anyway, so each rank gets a fresh seed that depends on the step.
+    if (!ckpt->restore_rng(comm.rank(), comm.world_size(), device))
+      at::manual_seed(c.train.seed + static_cast<std::uint64_t>(comm.rank()) + 1000003ull * static_cast<std::uint64_t>(start_step));
+  }
   const ForwardHooks hooks{strategy->layer_runner(c.train.activation_checkpointing),
                            [&strategy] { strategy->before_forward(); }};
 
@@ -91,8 +126,17 @@ TrainSummary run_training(const config::RunConfig& c, dist::Communicator& comm, 
   lo.shuffle = c.data.shuffle;
   lo.seed = c.train.seed;
   lo.prefetch = static_cast<std::size_t>(c.data.prefetch);
-  data::TrainDataLoader loader(train_file, lo, comm.rank(), static_cast<int>(world));
-  const std::int64_t total_steps = c.train.max_steps > 0 ? c.train.max_steps : c.train.epochs * loader.steps_per_epoch();
+  data::TrainDataLoader loader(train_file, lo, comm.rank(), static_cast<int>(world),
+                              ckpt ? ckpt->state().sampler : data::SamplerState{});
+  std::int64_t total_steps = c.train.max_steps > 0 ? c.train.max_steps : c.train.epochs * loader.steps_per_epoch();
+  if (ckpt && ckpt->state().total_steps != total_steps &&
+      checkpoint::math_differences(ckpt->config(), c.resolved).empty()) {
+    // Same config, another world size: an epoch may hold a step more or less (the sampler pads
+    // to a multiple of the ranks). The schedule keeps the length it was computed for.
+    log::info("keeping the checkpoint's ", ckpt->state().total_steps, " total steps (", total_steps,
+              " on this number of ranks)");
+    total_steps = ckpt->state().total_steps;
+  }
   const optim::LrSchedule schedule = optim::LrSchedule::from_config(c.train, total_steps);
   log::info(strategy->name(), " on ", world, world == 1 ? " rank" : " ranks", ", ", threads_per_rank(c),
             " BLAS threads each; ", total_steps, " steps of ", c.train.global_batch_size, " sequences (micro-batch ",
@@ -109,10 +153,48 @@ TrainSummary run_training(const config::RunConfig& c, dist::Communicator& comm, 
   optim::LossScaler scaler(scaler_options);
   std::int64_t overflow_steps = 0;
 
-  MetricsLog metrics(join_path(c.run_dir, "metrics.jsonl"), root);
-  Progress progress(total_steps, root);
   TrainSummary summary;
   summary.first_eval_loss = summary.final_eval_loss = NAN;
+  if (ckpt) {
+    const checkpoint::TrainingState& state = ckpt->state();
+    scaler.load_state_json(state.loss_scaler, ckpt->dir());
+    overflow_steps = state.overflow_steps;
+    summary.skipped_steps = state.skipped_steps;
+    summary.first_eval_loss = state.first_eval_loss;
+    summary.steps = summary.resumed_from_step = start_step;
+    if (root) truncate_metrics(join_path(c.run_dir, "metrics.jsonl"), start_step, start_step < total_steps);
+    log::info("resuming from ", ckpt->dir(), " at step ", start_step, " of ", total_steps, " (saved on ",
+              ckpt->manifest().world_size, " ranks with ", ckpt->manifest().strategy, ")");
+  }
+  MetricsLog metrics(join_path(c.run_dir, "metrics.jsonl"), root);
+  Progress progress(total_steps, root);
+  // Where the sampler stands after the last step trained (the prefetcher may have read ahead).
+  data::SamplerState position = ckpt ? ckpt->state().sampler : data::SamplerState{};
+  std::int64_t last_lr_step = start_step;
+  double last_lr = ckpt ? ckpt->state().lr : 0.0;
+  auto save = [&](std::int64_t steps_done) {
+    checkpoint::SaveRequest request;
+    request.run_dir = c.run_dir;
+    request.keep_last = c.checkpoint.keep_last;
+    request.resolved_config = c.resolved;
+    request.device = device;
+    checkpoint::TrainingState& state = request.state;
+    state.step = steps_done;
+    state.total_steps = total_steps;
+    state.optimizer_updates = strategy->optimizer().step_count();
+    state.sampler = position;
+    state.loss_scaler = scaler.state_json();
+    state.skipped_steps = summary.skipped_steps;
+    state.overflow_steps = overflow_steps;
+    state.first_eval_loss = summary.first_eval_loss;
+    state.lr = last_lr_step == steps_done ? last_lr : 0.0;
+    request.write_weights = [&](const std::string& dir) {
+      write_trained_weights(c, tm, *strategy, comm, tokenizer, join_path(dir, tm.lora ? "adapter" : "model"));
+    };
+    const checkpoint::SaveReport report = checkpoint::save_checkpoint(request, comm, *strategy);
+    summary.checkpoint_seconds += report.seconds;
+    if (root) log::info("checkpoint ", report.path, " saved in ", report.seconds, " s (", report.bytes / 1e6, " MB)");
+  };
   auto run_eval = [&](std::int64_t step) {
     if (!eval_file) return;
     EvalResult r =
@@ -122,14 +204,17 @@ TrainSummary run_training(const config::RunConfig& c, dist::Communicator& comm, 
     if (std::isnan(summary.first_eval_loss)) summary.first_eval_loss = r.loss;
     summary.final_eval_loss = r.loss;
   };
-  run_eval(0);
+  if (!ckpt) run_eval(0);
 
   tm.model->train();
   Stopwatch run_clock;
   double last_wait = loader.waited_seconds();
-  for (std::int64_t step = 0; step < total_steps; ++step) {
+  set_stop_honoured(true);
+  bool stop = false;
+  for (std::int64_t step = start_step; step < total_steps && !stop; ++step) {
     Stopwatch step_clock;
     data::StepData data = loader.next();
+    position = data.next_state;
     const double data_wait = loader.waited_seconds() - last_wait;
     last_wait = loader.waited_seconds();
 
@@ -163,7 +248,11 @@ TrainSummary run_training(const config::RunConfig& c, dist::Communicator& comm, 
     strategy->finish_gradients();
     const double compute_s = compute_clock.seconds();
 
-    const double loss = dist::all_reduce_scalar(comm, loss_sum, dist::ReduceOp::kSum) / step_tokens;
+    // The step's loss, and whether any rank got a stop signal: all ranks then stop after this step.
+    auto reduced = torch::tensor({loss_sum, stop_requested() ? 1.0 : 0.0}, torch::kDouble);
+    comm.all_reduce(reduced, dist::ReduceOp::kSum)->wait();
+    const double loss = reduced[0].item<double>() / step_tokens;
+    stop = reduced[1].item<double>() > 0;
     const double loss_scale = scale_loss ? scaler.scale() : 1.0;
     const double grad_norm = std::sqrt(strategy->grad_sum_of_squares()) / loss_scale;
     const double lr = schedule.lr(step);
@@ -218,10 +307,24 @@ TrainSummary run_training(const config::RunConfig& c, dist::Communicator& comm, 
     }
     if (c.log.eval_every_steps > 0 && (step + 1) % c.log.eval_every_steps == 0 && step + 1 < total_steps)
       run_eval(step + 1);
+    last_lr_step = step + 1;
+    last_lr = lr;
+    const bool periodic = c.checkpoint.every_steps > 0 && (step + 1) % c.checkpoint.every_steps == 0;
+    if (periodic || step + 1 == total_steps || stop) save(step + 1);
+    fault_point("step.done");
   }
-  run_eval(total_steps);
+  set_stop_honoured(false);
   progress.finish();
   summary.seconds = run_clock.seconds();
+  if (stop) {
+    summary.stopped_by_signal = true;
+    log::info("stopped by a signal after step ", summary.steps, " of ", total_steps,
+              "; the checkpoint is saved: run the same command again to continue");
+    return summary;
+  }
+  if (start_step == total_steps && total_steps > 0 && root)
+    log::info("the checkpoint is at the last step: evaluating and writing the results again");
+  run_eval(total_steps);
 
   save_result(c, tm, *strategy, comm, tokenizer);
   comm.barrier();

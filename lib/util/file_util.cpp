@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <algorithm>
 
 #include "util/error.h"
 
@@ -98,6 +99,26 @@ std::string join_path(const std::string& a, const std::string& b) {
 std::string parent_directory(const std::string& path) {
   auto parent = std::filesystem::path(path).parent_path().string();
   return parent.empty() ? "." : parent;
+}
+
+void remove_tree(const std::string& path) {
+  std::error_code ec;
+  std::filesystem::remove_all(path, ec);
+  FT_CHECK(!ec, path, ": cannot remove: ", ec.message());
+}
+
+void rename_path(const std::string& from, const std::string& to) {
+  FT_CHECK(::rename(from.c_str(), to.c_str()) == 0, "cannot rename ", from, " to ", to, ": ", std::strerror(errno));
+}
+
+std::vector<std::string> list_directory(const std::string& path) {
+  std::vector<std::string> names;
+  std::error_code ec;
+  if (!std::filesystem::is_directory(path, ec)) return names;
+  for (const auto& entry : std::filesystem::directory_iterator(path, ec)) names.push_back(entry.path().filename().string());
+  FT_CHECK(!ec, path, ": cannot list: ", ec.message());
+  std::sort(names.begin(), names.end());
+  return names;
 }
 
 }  // namespace ft

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 namespace ft {
 
@@ -22,5 +23,11 @@ std::uint64_t file_size(const std::string& path);
 void make_directories(const std::string& path);
 std::string join_path(const std::string& a, const std::string& b);
 std::string parent_directory(const std::string& path);
+// Removes a file or a folder with everything in it (nothing when it does not exist).
+void remove_tree(const std::string& path);
+// rename(2) with an error naming both paths.
+void rename_path(const std::string& from, const std::string& to);
+// Names in a folder (not "." or ".."), sorted; empty when the folder does not exist.
+std::vector<std::string> list_directory(const std::string& path);
 
 }  // namespace ft

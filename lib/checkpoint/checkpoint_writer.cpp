@@ -1,0 +1,200 @@
+#include "checkpoint/checkpoint_writer.h"
+
+#include <torch/torch.h>
+
+#include <cstdio>
+#include <exception>
+
+#include "checkpoint/checkpoint_folder.h"
+#include "checkpoint/manifest.h"
+#include "checkpoint/rng_state.h"
+#include "config/run_config.h"
+#include "io/safetensors.h"
+#include "parallel/optimizer_shard.h"
+#include "util/error.h"
+#include "util/fault_point.h"
+#include "util/file_util.h"
+#include "util/log.h"
+#include "util/timer.h"
+
+namespace ft::checkpoint {
+namespace {
+
+// Runs `fn` unless an earlier stage failed on this rank; keeps the first error.
+class Attempt {
+ public:
+  template <typename Fn>
+  void operator()(Fn&& fn) {
+    if (!error_.empty()) return;
+    try {
+      fn();
+    } catch (const std::exception& e) {
+      error_ = e.what();
+      if (error_.empty()) error_ = "unknown error";
+    }
+  }
+  const std::string& error() const { return error_; }
+
+ private:
+  std::string error_;
+};
+
+// Collective: every rank learns whether any failed; throws on every rank if so.
+void agree(dist::Communicator& comm, const Attempt& attempt, const std::string& what, const std::function<void()>& cleanup) {
+  const double failures = dist::all_reduce_scalar(comm, attempt.error().empty() ? 0.0 : 1.0, dist::ReduceOp::kSum);
+  if (failures == 0) return;
+  if (comm.is_root()) {
+    try {
+      cleanup();
+    } catch (const std::exception& e) {
+      log::warn("could not clean up after the failed save: ", e.what());
+    }
+  }
+  FT_CHECK(!attempt.error().empty(), what, ": failed on ", failures, failures == 1 ? " other rank" : " other ranks",
+           " (its error is above); the previous checkpoint is untouched");
+  FT_CHECK(false, what, ": ", attempt.error(), "; the previous checkpoint is untouched");
+}
+
+// Every file under `dir`, relative to it, sorted.
+void list_files(const std::string& dir, const std::string& prefix, std::vector<std::string>* out) {
+  for (const std::string& name : list_directory(join_path(dir, prefix))) {
+    const std::string relative = prefix.empty() ? name : prefix + "/" + name;
+    if (is_directory(join_path(dir, relative))) {
+      list_files(dir, relative, out);
+    } else {
+      out->push_back(relative);
+    }
+  }
+}
+
+Json pieces_json(const std::vector<parallel::ShardPiece>& pieces) {
+  Json out = Json::array();
+  for (const auto& p : pieces) out.push_back(Json::array({p.name, p.param_offset, p.length, p.shard_offset}));
+  return out;
+}
+
+}  // namespace
+
+std::string rank_shard_file(int rank) {
+  char buffer[48];
+  std::snprintf(buffer, sizeof(buffer), "rank_%05d.safetensors", rank);
+  return buffer;
+}
+
+std::string rank_index_file(int rank) {
+  char buffer[48];
+  std::snprintf(buffer, sizeof(buffer), "rank_%05d.json", rank);
+  return buffer;
+}
+
+SaveReport save_checkpoint(const SaveRequest& request, dist::Communicator& comm, parallel::ParallelStrategy& strategy) {
+  Stopwatch clock;
+  const bool root = comm.is_root();
+  const int rank = comm.rank();
+  const std::string name = step_name(request.state.step);
+  const std::string dir = checkpoints_dir(request.run_dir);
+  const std::string final_path = join_path(dir, name);
+  const std::string tmp = final_path + ".tmp";
+  const std::string what = str("checkpoint ", final_path);
+  auto cleanup = [&] { remove_tree(tmp); };
+  Attempt attempt;
+
+  if (root) attempt([&] {
+    remove_tree(tmp);
+    make_directories(tmp);
+  });
+  agree(comm, attempt, what, cleanup);
+  fault_point("checkpoint.started");
+
+  // This rank's shard and RNG state, and an index of it for the manifest.
+  attempt([&] {
+    parallel::OptimizerShard& shard = strategy.optimizer_shard();
+    const bool holds_state = !strategy.state_replicated() || root;
+    io::NamedTensors tensors;
+    std::vector<parallel::ShardPiece> pieces;
+    std::int64_t numel = 0;
+    if (holds_state) {
+      const optim::AdamWState state = shard.optimizer().state();
+      tensors = {{"master", shard.master()}, {"exp_avg", state.exp_avg}, {"exp_avg_sq", state.exp_avg_sq}};
+      pieces = strategy.shard_pieces();
+      numel = shard.master().numel();
+    }
+    for (auto& t : capture_rng(request.device)) tensors.push_back(std::move(t));
+    const std::string file = rank_shard_file(rank);
+    io::write_safetensors(join_path(tmp, file), tensors);
+    const FileEntry entry = describe_file(tmp, file);
+    const Json index = {{"rank", rank},
+                        {"file", {{"path", entry.path}, {"size", entry.size}, {"crc32", entry.crc32}}},
+                        {"numel", numel},
+                        {"pieces", pieces_json(pieces)}};
+    write_file_atomic(join_path(tmp, rank_index_file(rank)), index.dump() + "\n");
+  });
+  fault_point("checkpoint.rank_files_written");
+
+  // The weights as users read them: collective, so every rank calls it whatever happened above.
+  try {
+    request.write_weights(tmp);
+  } catch (const std::exception& e) {
+    const std::string message = e.what();
+    attempt([&] { FT_CHECK(false, message); });
+  }
+  if (root) attempt([&] {
+    write_file_atomic(join_path(tmp, kTrainingStateFile), request.state.to_json().dump(2) + "\n");
+    write_file_atomic(join_path(tmp, "config.json"), request.resolved_config.dump(2) + "\n");
+  });
+  agree(comm, attempt, what, cleanup);
+  fault_point("checkpoint.files_written");
+
+  std::uint64_t bytes = 0;
+  if (root) attempt([&] {
+    Manifest m;
+    m.step = request.state.step;
+    m.world_size = comm.world_size();
+    m.strategy = strategy.name();
+    m.config_hash = config::config_hash(request.resolved_config);
+    for (int r = 0; r < comm.world_size(); ++r) {
+      const std::string index_path = join_path(tmp, rank_index_file(r));
+      const Json index = parse_json(read_file(index_path), index_path);
+      // The same validation as when the manifest is read back.
+      const Manifest one = Manifest::from_json(
+          Json{{"format_version", Manifest::kFormatVersion}, {"step", m.step}, {"world_size", 1},
+               {"strategy", m.strategy}, {"config_hash", m.config_hash}, {"files", Json::array({index.at("file")})},
+               {"ranks", Json::array({Json{{"rank", 0}, {"file", index.at("file").at("path")},
+                                           {"numel", index.at("numel")}, {"pieces", index.at("pieces")}}})}},
+          index_path);
+      m.files.push_back(one.files.front());
+      m.ranks.push_back(one.ranks.front());
+      m.ranks.back().rank = r;
+    }
+    std::vector<std::string> files;
+    list_files(tmp, "", &files);
+    for (const std::string& f : files) {
+      if (f == kManifestFile || m.find(f) != nullptr) continue;
+      m.files.push_back(describe_file(tmp, f));
+    }
+    for (const FileEntry& f : m.files) bytes += f.size;
+    write_manifest(tmp, m);
+    for (const std::string& f : files) {
+      const std::string parent = parent_directory(join_path(tmp, f));
+      if (parent != tmp) fsync_directory(parent);
+    }
+    fsync_directory(tmp);
+    fault_point("checkpoint.manifest_written");
+    if (file_exists(final_path)) {
+      // A checkpoint of the same step from before a --resume to an earlier one: this one replaces it.
+      log::warn(final_path, " exists (saved before the run was resumed from an earlier checkpoint): replacing it");
+      remove_tree(final_path);
+    }
+    rename_path(tmp, final_path);
+    fsync_directory(dir);
+    fault_point("checkpoint.renamed");
+    point_latest_at(request.run_dir, name);
+    fault_point("checkpoint.latest_written");
+    for (const std::string& removed : prune_checkpoints(request.run_dir, request.keep_last, final_path))
+      log::info("removed ", removed, " (checkpoint.keep_last = ", request.keep_last, ")");
+  });
+  agree(comm, attempt, what, cleanup);
+  return SaveReport{final_path, clock.seconds(), bytes};
+}
+
+}  // namespace ft::checkpoint

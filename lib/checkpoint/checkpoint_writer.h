@@ -1,0 +1,52 @@
+// Saving a checkpoint, collectively and atomically (checkpoint_folder.h has the folder's rules):
+//   1. rank 0 creates checkpoints/step_N.tmp;
+//   2. every rank writes rank_R.safetensors (its optimizer shard: fp32 master weights and AdamW
+//      moments, nothing when the state is replicated and R > 0; its RNG state) and rank_R.json
+//      (the shard's pieces, the file's size and CRC-32), each fsynced;
+//   3. the weights users read: rank 0 writes adapter/ (PEFT) or model/ (HF), gathered
+//      collectively; and training_state.json and config.json;
+//   4. once every rank reports success, rank 0 writes manifest.json, renames the folder to
+//      step_N, points `latest` at it, and deletes checkpoints beyond checkpoint.keep_last.
+// Every rank takes the same collectives whatever fails, so nobody waits on one that another
+// skipped; a failure anywhere (a full disk) is an error on every rank and leaves the previous
+// checkpoint and `latest` as they were. A process killed at any moment leaves at worst a .tmp
+// folder, removed at the next start.
+#pragma once
+
+#include <c10/core/Device.h>
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "checkpoint/training_state.h"
+#include "dist/communicator.h"
+#include "parallel/parallel_strategy.h"
+#include "util/json.h"
+
+namespace ft::checkpoint {
+
+struct SaveRequest {
+  std::string run_dir;
+  std::int64_t keep_last = 2;
+  Json resolved_config;  // written as config.json, compared at resume
+  TrainingState state;
+  c10::Device device = c10::kCPU;
+  // Collective: every rank calls it; rank 0 writes the trained weights into the given folder.
+  // It must complete the strategy's collectives even when rank 0's writing fails (and then throw).
+  std::function<void(const std::string& dir)> write_weights;
+};
+
+struct SaveReport {
+  std::string path;        // the complete checkpoint
+  double seconds = 0;      // the whole save, as training was blocked by it
+  std::uint64_t bytes = 0;  // all files (rank 0's count)
+};
+
+SaveReport save_checkpoint(const SaveRequest& request, dist::Communicator& comm, parallel::ParallelStrategy& strategy);
+
+// "rank_00003.safetensors" / "rank_00003.json".
+std::string rank_shard_file(int rank);
+std::string rank_index_file(int rank);
+
+}  // namespace ft::checkpoint

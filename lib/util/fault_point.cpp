@@ -1,0 +1,65 @@
+#include "util/fault_point.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <string>
+
+#include "util/log.h"
+
+namespace ft {
+namespace {
+
+struct FaultSpec {
+  bool armed = false;
+  std::string point;
+  long count = 1;
+  std::string action = "kill";
+  long hits = 0;
+};
+
+FaultSpec read_spec() {
+  FaultSpec spec;
+  const char* text = std::getenv("FT_FAULT");
+  if (text == nullptr || *text == '\0') return spec;
+  std::string s = text;
+  const std::size_t at = s.find('@');
+  if (at != std::string::npos) {
+    const char* rank = std::getenv("RANK");
+    const std::string mine = rank != nullptr ? rank : "0";
+    if (s.substr(at + 1) != mine) return spec;  // meant for another rank
+    s = s.substr(0, at);
+  }
+  const std::size_t colon = s.find(':');
+  if (colon != std::string::npos) {
+    spec.count = std::atol(s.c_str() + colon + 1);
+    s = s.substr(0, colon);
+  }
+  spec.point = s;
+  if (const char* action = std::getenv("FT_FAULT_ACTION"); action != nullptr && *action != '\0') spec.action = action;
+  spec.armed = true;
+  return spec;
+}
+
+}  // namespace
+
+void fault_point(const char* name) {
+  static FaultSpec spec = read_spec();
+  static std::mutex mutex;
+  if (!spec.armed) return;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (spec.point != name || ++spec.hits != spec.count) return;
+  log::warn("FT_FAULT: ", spec.action, " at ", name, " (hit ", spec.hits, ")");
+  if (spec.action == "sigterm") {
+    ::kill(::getpid(), SIGTERM);
+  } else if (spec.action == "sigterm-parent") {
+    ::kill(::getppid(), SIGTERM);
+  } else {
+    ::kill(::getpid(), SIGKILL);
+  }
+}
+
+}  // namespace ft
