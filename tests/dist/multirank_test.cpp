@@ -291,17 +291,25 @@ Launched run_when_ready(const ft::test::TempDir& dir, const std::string& command
   return run("sh " + dir.file("script.sh"));
 }
 
-// SIGTERM to ft_launch reaches every rank; ft_launch then exits with 128 + SIGTERM.
+// SIGTERM to ft_launch reaches every rank. Ranks that handle it and exit 0 (ft_train saves a
+// checkpoint) make ft_launch exit 0; ranks that die of it make it exit 128 + SIGTERM.
 TEST(Launcher, ForwardsSigterm) {
   ft::test::TempDir dir;
   const std::string out = dir.file("out.txt");
   const Launched r = run_when_ready(dir, launch(2, "wait_signal"), "kill -TERM $pid; wait $pid; echo \"exit=$?\"");
   std::ifstream in(out);
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  EXPECT_TRUE(contains(r.output, "exit=143")) << r.output << text;
+  EXPECT_TRUE(contains(r.output, "exit=0")) << r.output << text;
   EXPECT_TRUE(contains(text, "[rank 0] rank 0: got SIGTERM")) << text;
   EXPECT_TRUE(contains(text, "[rank 1] rank 1: got SIGTERM")) << text;
   EXPECT_TRUE(contains(text, "ft_launch: got Terminated: passing it to the ranks")) << text;
+
+  // Ranks without a handler die of the signal.
+  ft::test::TempDir plain;
+  const Launched killed = run_when_ready(
+      plain, str(bin_path("ft_launch"), " --nproc_per_node 2 sh -c 'echo rank $RANK: ready; exec sleep 30'"),
+      "kill -TERM $pid; wait $pid; echo \"exit=$?\"");
+  EXPECT_TRUE(contains(killed.output, "exit=143")) << killed.output;
 }
 
 // A launcher killed outright (SIGKILL) takes its ranks with it (PR_SET_PDEATHSIG).

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 
 namespace ft::test {
 
@@ -40,6 +41,27 @@ CommandResult run_command(const std::string& command, bool capture_stderr) {
   int status = ::pclose(pipe);
   result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   return result;
+}
+
+std::string ft_train_command(int ranks, const std::string& config_path, const std::string& args) {
+  std::string cmd = bin_path("ft_train") + " " + config_path + (args.empty() ? "" : " " + args);
+  if (ranks > 1) cmd = bin_path("ft_launch") + " --nproc_per_node " + std::to_string(ranks) + " " + cmd;
+  return cmd;
+}
+
+std::vector<Json> read_metrics(const std::string& run_dir) {
+  std::vector<Json> out;
+  std::ifstream in(run_dir + "/metrics.jsonl");
+  std::string line;
+  while (std::getline(in, line)) out.push_back(parse_json(line, run_dir + "/metrics.jsonl"));
+  return out;
+}
+
+std::vector<double> metric_losses(const std::vector<Json>& metrics) {
+  std::vector<double> out;
+  for (const Json& m : metrics)
+    if (m.contains("loss")) out.push_back(m["loss"].get<double>());
+  return out;
 }
 
 double max_abs_diff(const torch::Tensor& a, const torch::Tensor& b) {

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <vector>
 
 #include <torch/torch.h>
 
@@ -39,6 +40,14 @@ struct CommandResult {
   std::string output;
 };
 CommandResult run_command(const std::string& command, bool capture_stderr = false);
+
+// The shell command that runs ft_train on `ranks` ranks (through ft_launch when ranks > 1) with
+// `args` after the config path.
+std::string ft_train_command(int ranks, const std::string& config_path, const std::string& args = "");
+// RUN_DIR/metrics.jsonl, one JSON object per line.
+std::vector<Json> read_metrics(const std::string& run_dir);
+// The "loss" of each training record, in order.
+std::vector<double> metric_losses(const std::vector<Json>& metrics);
 
 // Max |a - b| (as double).
 double max_abs_diff(const torch::Tensor& a, const torch::Tensor& b);

@@ -1,0 +1,371 @@
+// Checkpoints with real processes (ft_launch, Gloo, fp32 on the CPU) on the tiny model and a
+// small training set whose epochs are 4 steps long on any number of ranks, 12 steps in all,
+// a checkpoint every 3:
+//   - exact: a run killed between saves (SIGKILL of one rank) or stopped by SIGTERM (ft_launch
+//     passes it on) and resumed gives bit for bit the losses, evaluation and weights of an
+//     uninterrupted run, for LoRA+ddp (with dropout, so the RNG state matters), zero2 and fsdp;
+//     the resumed part crosses epoch boundaries;
+//   - crash-safe: rank 0 killed at every stage of a save leaves a complete `latest` checkpoint,
+//     a restart cleans up and still reproduces the uninterrupted run;
+//   - resharding: saved on 2 ranks, resumed on 4 and on 1; saved on 4, resumed on 2; for ddp,
+//     zero1, zero2 and fsdp, and across strategies: the loss curve continues (1e-5 relative);
+//   - refusals: a damaged or truncated file is an error naming it, an earlier checkpoint still
+//     resumes; a config that changes the math is refused unless --resume-force; a full disk
+//     (a file-size limit) fails the save and leaves the previous checkpoint as it was.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <map>
+
+#include "checkpoint/checkpoint_folder.h"
+#include "checkpoint/checkpoint_reader.h"
+#include "checkpoint/manifest.h"
+#include "io/safetensors.h"
+#include "test_support.h"
+#include "util/file_util.h"
+
+namespace ft {
+namespace {
+
+constexpr int kSteps = 12;  // 3 epochs of 4 steps: epochs end after steps 4 and 8
+constexpr int kEvery = 3;
+
+// The first 40 alpaca records: 32 usable samples, 4 steps of 8 per epoch on 1, 2 or 4 ranks.
+const std::string& small_dataset() {
+  static test::TempDir dir;
+  static const std::string path = [] {
+    const Json all = parse_json(read_file(test::data_path("datasets/alpaca_train.json")), "alpaca_train.json");
+    std::string lines;
+    for (std::size_t i = 0; i < 40; ++i) lines += all[i].dump() + "\n";
+    write_file_atomic(dir.file("small.jsonl"), lines);
+    return dir.file("small.jsonl");
+  }();
+  return path;
+}
+
+struct TrainSetup {
+  std::string strategy;
+  bool lora = false;
+  double dropout = 0.0;
+};
+
+std::string label(const TrainSetup& s) { return s.strategy + (s.lora ? "_lora" : "_full"); }
+void PrintTo(const TrainSetup& s, std::ostream* os) { *os << label(s); }
+
+Json make_config(const std::string& run_dir, const TrainSetup& s, int keep_last) {
+  Json c = {{"run_dir", run_dir},
+            {"model", {{"path", test::data_path("stories260K")}}},
+            {"data", {{"train", small_dataset()},
+                      {"eval", test::data_path("datasets/alpaca_eval.jsonl")},
+                      {"max_seq_len", 64},
+                      {"template", {{"base", "alpaca"}, {"prompt", "{instruction}\n"}, {"prompt_with_input", "{instruction}\n{input}\n"}}}}},
+            {"parallel", {{"strategy", s.strategy}, {"timeout_s", 30}, {"bucket_mb", 0.05}}},
+            // adam_eps 1e-2: see zero_multirank_test.cpp (runs on different world sizes compared).
+            {"train", {{"global_batch_size", 8}, {"micro_batch_size", 2}, {"epochs", 3}, {"lr", s.lora ? 1e-2 : 1e-3},
+                       {"warmup_steps", 2}, {"adam_eps", 1e-2}, {"weight_decay", 0.1}, {"threads", 1}}},
+            {"checkpoint", {{"every_steps", kEvery}, {"keep_last", keep_last}}},
+            {"log", {{"every_steps", 1}}}};
+  if (s.lora) c["lora"] = {{"r", 4}, {"alpha", 8}, {"dropout", s.dropout}, {"target_modules", "all-linear"}};
+  return c;
+}
+
+struct RunResult {
+  int exit_code = -1;
+  std::string output;
+  std::vector<double> losses;  // every training record in metrics.jsonl
+  double eval_loss = NAN;      // the last evaluation
+  io::NamedTensors weights;    // adapter/ or model/ when written
+};
+
+// A run folder with its config; run() starts ft_train on it.
+class RunDir {
+ public:
+  RunDir(const TrainSetup& s, int keep_last) : setup_(s) { write_config(make_config(run_dir(), s, keep_last)); }
+  std::string run_dir() const { return dir_.file("run"); }
+  std::string config_path() const { return dir_.file("config.json"); }
+  std::string checkpoint(int step) const { return checkpoint::checkpoints_dir(run_dir()) + "/" + checkpoint::step_name(step); }
+  void write_config(const Json& c) { write_file_atomic(config_path(), c.dump(2)); }
+
+  // env: variables set for this command only ("FT_FAULT=step.done:5@1").
+  RunResult run(int ranks, const std::string& args = "", const std::string& env = "") const {
+    RunResult r;
+    const auto result = test::run_command(env + (env.empty() ? "" : " ") + test::ft_train_command(ranks, config_path(), args), true);
+    r.exit_code = result.exit_code;
+    r.output = result.output;
+    for (const Json& m : test::read_metrics(run_dir())) {
+      if (m.contains("loss")) r.losses.push_back(m["loss"].get<double>());
+      if (m.contains("eval_loss")) r.eval_loss = m["eval_loss"].get<double>();
+    }
+    const std::string file = setup_.lora ? run_dir() + "/adapter/adapter_model.safetensors" : run_dir() + "/model/model.safetensors";
+    if (file_exists(file)) {
+      io::SafetensorsReader reader(file);
+      for (const auto& t : reader.tensors()) r.weights.emplace_back(t.name, reader.load(t.name));
+    }
+    return r;
+  }
+
+ private:
+  TrainSetup setup_;
+  test::TempDir dir_;
+};
+
+// The step `latest` names (-1 when there is none).
+std::int64_t latest_step(const std::string& run_dir) {
+  const auto path = checkpoint::latest_checkpoint(run_dir);
+  if (!path) return -1;
+  return checkpoint::step_of(path->substr(path->rfind('/') + 1)).value_or(-2);
+}
+
+// Every file of the checkpoint `latest` names is there with its size and checksum.
+void expect_latest_complete(const std::string& run_dir) {
+  const auto path = checkpoint::latest_checkpoint(run_dir);
+  ASSERT_TRUE(path.has_value());
+  checkpoint::CheckpointReader reader(*path);
+  for (const auto& f : reader.manifest().files) EXPECT_NO_THROW(checkpoint::verify_file(*path, reader.manifest(), f.path)) << f.path;
+  for (const std::string& name : list_directory(checkpoint::checkpoints_dir(run_dir)))
+    EXPECT_EQ(name.find(".tmp"), std::string::npos) << "left behind: " << name;
+}
+
+void expect_identical(const RunResult& a, const RunResult& b) {
+  ASSERT_EQ(a.losses.size(), static_cast<std::size_t>(kSteps));
+  ASSERT_EQ(b.losses.size(), a.losses.size());
+  for (std::size_t i = 0; i < a.losses.size(); ++i) EXPECT_EQ(a.losses[i], b.losses[i]) << "step " << i + 1;
+  EXPECT_EQ(a.eval_loss, b.eval_loss);
+  ASSERT_FALSE(a.weights.empty());
+  ASSERT_EQ(a.weights.size(), b.weights.size());
+  for (std::size_t i = 0; i < a.weights.size(); ++i) {
+    ASSERT_EQ(a.weights[i].first, b.weights[i].first);
+    EXPECT_TRUE(torch::equal(a.weights[i].second, b.weights[i].second)) << a.weights[i].first;
+  }
+}
+
+// `resumed` logged the steps after `from`; they continue `reference` to 1e-5 relative.
+void expect_continues(const RunResult& reference, const RunResult& resumed, int from) {
+  ASSERT_EQ(reference.losses.size(), static_cast<std::size_t>(kSteps));
+  ASSERT_EQ(resumed.losses.size(), static_cast<std::size_t>(kSteps - from)) << resumed.output;
+  for (int i = 0; i < kSteps - from; ++i) {
+    const double want = reference.losses[static_cast<std::size_t>(from + i)];
+    EXPECT_NEAR(resumed.losses[static_cast<std::size_t>(i)], want, 1e-5 * std::abs(want)) << "step " << from + i + 1;
+  }
+  EXPECT_NEAR(resumed.eval_loss, reference.eval_loss, 1e-5 * std::abs(reference.eval_loss));
+}
+
+// One uninterrupted 2-rank run per setup and keep_last, shared by the tests (kept for the process).
+const std::pair<std::shared_ptr<RunDir>, RunResult>& reference(const TrainSetup& s, int keep_last = 100) {
+  static std::map<std::string, std::pair<std::shared_ptr<RunDir>, RunResult>> runs;
+  const std::string key = label(s) + std::to_string(s.dropout) + "/" + std::to_string(keep_last);
+  auto found = runs.find(key);
+  if (found == runs.end()) {
+    auto dir = std::make_shared<RunDir>(s, keep_last);
+    RunResult r = dir->run(2);
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    found = runs.emplace(key, std::make_pair(dir, std::move(r))).first;
+  }
+  return found->second;
+}
+
+class ExactResume : public ::testing::TestWithParam<TrainSetup> {};
+
+TEST_P(ExactResume, KilledBetweenSavesThenResumedIsBitwiseTheSame) {
+  const auto& [ref_dir, ref] = reference(GetParam(), 2);
+  ASSERT_EQ(ref.exit_code, 0);
+  // keep_last 2: only the last two checkpoints remain, `latest` names the final one.
+  EXPECT_EQ(checkpoint::complete_checkpoints(ref_dir->run_dir()),
+            (std::vector<std::string>{ref_dir->checkpoint(9), ref_dir->checkpoint(12)}));
+  EXPECT_EQ(latest_step(ref_dir->run_dir()), 12);
+
+  RunDir dir(GetParam(), 2);
+  const RunResult killed = dir.run(2, "", "FT_FAULT=step.done:5@1");  // rank 1 SIGKILLed after step 5
+  EXPECT_NE(killed.exit_code, 0);
+  EXPECT_EQ(latest_step(dir.run_dir()), 3);
+  EXPECT_TRUE(killed.weights.empty());
+  const RunResult resumed = dir.run(2);
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("step_000003 at step 3 of 12"), std::string::npos) << resumed.output;
+  expect_identical(ref, resumed);
+}
+
+TEST_P(ExactResume, StoppedBySigtermThenResumedIsBitwiseTheSame) {
+  const auto& [ref_dir, ref] = reference(GetParam(), 2);
+  RunDir dir(GetParam(), 2);
+  // After step 7 rank 0 sends SIGTERM to ft_launch, which passes it to both ranks: they finish
+  // the step they are in, save, and exit 0 (and so does ft_launch), writing no results.
+  const RunResult stopped = dir.run(2, "", "FT_FAULT=step.done:7@0 FT_FAULT_ACTION=sigterm-parent");
+  ASSERT_EQ(stopped.exit_code, 0) << stopped.output;
+  EXPECT_NE(stopped.output.find("stopped by a signal"), std::string::npos) << stopped.output;
+  EXPECT_TRUE(stopped.weights.empty());
+  const std::int64_t at = latest_step(dir.run_dir());
+  EXPECT_GE(at, 8);
+  EXPECT_LT(at, kSteps);
+  expect_latest_complete(dir.run_dir());
+  const RunResult resumed = dir.run(2);
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  expect_identical(ref, resumed);
+}
+
+INSTANTIATE_TEST_SUITE_P(Strategies, ExactResume,
+                         ::testing::Values(TrainSetup{"ddp", true, 0.1}, TrainSetup{"zero2", false}, TrainSetup{"fsdp", false}),
+                         [](const auto& info) { return label(info.param); });
+
+// Rank 0 killed at each stage of the second save (step 6): the checkpoint `latest` names is
+// complete, the restart removes the unfinished folder and reproduces the uninterrupted run.
+TEST(CheckpointCrash, KilledAtEveryStageOfASave) {
+  const TrainSetup setup{"zero2", false};
+  const auto& [ref_dir, ref] = reference(setup);
+  const std::vector<std::pair<std::string, int>> stages = {
+      {"checkpoint.started", 3},        {"checkpoint.rank_files_written", 3}, {"checkpoint.files_written", 3},
+      {"checkpoint.manifest_written", 3}, {"checkpoint.renamed", 3},          {"checkpoint.latest_written", 6}};
+  for (const auto& [stage, expected_latest] : stages) {
+    SCOPED_TRACE(stage);
+    RunDir dir(setup, 100);
+    const RunResult killed = dir.run(2, "", "FT_FAULT=" + stage + ":2@0");
+    EXPECT_NE(killed.exit_code, 0);
+    EXPECT_EQ(latest_step(dir.run_dir()), expected_latest);
+    checkpoint::CheckpointReader latest(*checkpoint::latest_checkpoint(dir.run_dir()));
+    for (const auto& f : latest.manifest().files) EXPECT_NO_THROW(checkpoint::verify_file(latest.dir(), latest.manifest(), f.path));
+    const RunResult resumed = dir.run(2);
+    ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+    expect_latest_complete(dir.run_dir());
+    expect_identical(ref, resumed);
+  }
+}
+
+class Reshard : public ::testing::TestWithParam<TrainSetup> {};
+
+TEST_P(Reshard, SavedOnTwoRanksResumesOnFourAndOne) {
+  const auto& [ref_dir, ref] = reference(GetParam());
+  ASSERT_EQ(ref.exit_code, 0);
+  for (int ranks : {4, 1}) {
+    SCOPED_TRACE(ranks);
+    RunDir dir(GetParam(), 100);
+    const RunResult resumed = dir.run(ranks, "--resume " + ref_dir->checkpoint(6));
+    ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+    expect_continues(ref, resumed, 6);
+  }
+}
+
+TEST_P(Reshard, SavedOnFourRanksResumesOnTwo) {
+  const auto& [ref_dir, ref] = reference(GetParam());
+  RunDir dir(GetParam(), 100);
+  const RunResult killed = dir.run(4, "", "FT_FAULT=step.done:7@2");
+  EXPECT_NE(killed.exit_code, 0);
+  ASSERT_EQ(latest_step(dir.run_dir()), 6);
+  const RunResult resumed = dir.run(2);
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  ASSERT_GE(resumed.losses.size(), 6u);
+  // metrics.jsonl holds the 4-rank steps 1-6 and the 2-rank steps 7-12.
+  RunResult tail = resumed;
+  tail.losses.erase(tail.losses.begin(), tail.losses.begin() + 6);
+  expect_continues(ref, tail, 6);
+}
+
+INSTANTIATE_TEST_SUITE_P(Strategies, Reshard,
+                         ::testing::Values(TrainSetup{"ddp", true}, TrainSetup{"zero1", false}, TrainSetup{"zero2", false},
+                                           TrainSetup{"fsdp", false}),
+                         [](const auto& info) { return label(info.param); });
+
+TEST(Reshard, ZeroTwoCheckpointResumesUnderFsdp) {
+  const auto& [ref_dir, ref] = reference(TrainSetup{"zero2", false});
+  RunDir dir(TrainSetup{"fsdp", false}, 100);
+  const RunResult resumed = dir.run(2, "--resume " + ref_dir->checkpoint(6));
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  expect_continues(ref, resumed, 6);
+}
+
+// A copy of the reference run folder to damage.
+void copy_run(const std::string& from, const std::string& to) {
+  ASSERT_EQ(test::run_command("cp -r " + from + " " + to).exit_code, 0);
+}
+
+TEST(CheckpointErrors, DamagedFilesAreNamedAndAnEarlierCheckpointStillResumes) {
+  const TrainSetup setup{"zero2", false};
+  const auto& [ref_dir, ref] = reference(setup);
+  RunDir dir(setup, 100);
+  copy_run(ref_dir->run_dir(), dir.run_dir());
+  const std::string step9 = dir.checkpoint(9);
+  {
+    // One flipped byte in rank 1's shard: rank 1 names the file, rank 0 says another rank failed.
+    const std::string file = step9 + "/rank_00001.safetensors";
+    std::string bytes = read_file(file);
+    bytes[bytes.size() - 5] ^= 0x40;
+    write_file_atomic(file, bytes);
+    const RunResult r = dir.run(2, "--resume " + step9);
+    EXPECT_NE(r.exit_code, 0);
+    EXPECT_NE(r.output.find("rank_00001.safetensors: checksum mismatch"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("another rank could not read"), std::string::npos) << r.output;
+  }
+  {
+    const std::string file = step9 + "/rank_00000.safetensors";
+    const std::string bytes = read_file(file);
+    write_file_atomic(file, bytes.substr(0, bytes.size() / 2));
+    const RunResult r = dir.run(2, "--resume " + step9);
+    EXPECT_NE(r.exit_code, 0);
+    EXPECT_NE(r.output.find("rank_00000.safetensors: " + std::to_string(bytes.size() / 2) + " bytes, the manifest says"),
+              std::string::npos)
+        << r.output;
+  }
+  {
+    write_file_atomic(step9 + "/training_state.json", "{\"step\": 9,");
+    const RunResult r = dir.run(1, "--resume " + step9);
+    EXPECT_NE(r.exit_code, 0);
+    EXPECT_NE(r.output.find("training_state.json"), std::string::npos) << r.output;
+  }
+  {
+    write_file_atomic(step9 + "/manifest.json", "not json");
+    const RunResult r = dir.run(1, "--resume " + step9);
+    EXPECT_NE(r.exit_code, 0);
+    EXPECT_NE(r.output.find("manifest.json"), std::string::npos) << r.output;
+  }
+  // `latest` naming a damaged checkpoint: the error lists the complete ones to pass to --resume.
+  checkpoint::point_latest_at(dir.run_dir(), "step_000011");
+  const RunResult missing = dir.run(2);
+  EXPECT_NE(missing.exit_code, 0);
+  EXPECT_NE(missing.output.find("pass one with --resume"), std::string::npos) << missing.output;
+  const RunResult earlier = dir.run(2, "--resume " + dir.checkpoint(6));
+  ASSERT_EQ(earlier.exit_code, 0) << earlier.output;
+  EXPECT_EQ(earlier.losses, ref.losses);
+  EXPECT_EQ(earlier.eval_loss, ref.eval_loss);
+}
+
+TEST(CheckpointErrors, AConfigThatChangesTheMathIsRefusedUnlessForced) {
+  const TrainSetup setup{"ddp", true};
+  const auto& [ref_dir, ref] = reference(setup);
+  RunDir dir(setup, 100);
+  const std::string from = "--resume " + ref_dir->checkpoint(6);
+  const RunResult refused = dir.run(1, from + " --set train.lr=0.02 --set lora.r=8");
+  EXPECT_NE(refused.exit_code, 0);
+  EXPECT_NE(refused.output.find("train.lr: 0.01 -> 0.02"), std::string::npos) << refused.output;
+  EXPECT_NE(refused.output.find("lora.r: 4 -> 8"), std::string::npos) << refused.output;
+  EXPECT_NE(refused.output.find("--resume-force"), std::string::npos) << refused.output;
+  const RunResult forced = dir.run(1, from + " --set train.lr=0.02 --resume-force");
+  EXPECT_EQ(forced.exit_code, 0) << forced.output;
+  // How the work is spread does not change the math: accepted without a word.
+  RunDir other(setup, 100);
+  const RunResult spread = other.run(1, from + " --set train.micro_batch_size=4 --set parallel.bucket_mb=1");
+  ASSERT_EQ(spread.exit_code, 0) << spread.output;
+  expect_continues(ref, spread, 6);
+}
+
+TEST(CheckpointErrors, AFullDiskFailsTheSaveAndKeepsThePreviousCheckpoint) {
+  const TrainSetup setup{"ddp", false};
+  RunDir dir(setup, 100);
+  const RunResult killed = dir.run(1, "", "FT_FAULT=step.done:4");
+  EXPECT_NE(killed.exit_code, 0);
+  ASSERT_EQ(latest_step(dir.run_dir()), 3);
+  // Files may not grow past 200 KiB: the metrics still fit, the next checkpoint's shard does not.
+  const RunResult full = dir.run(1, "", "ulimit -f 200;");
+  EXPECT_EQ(full.exit_code, 1) << full.output;
+  EXPECT_NE(full.output.find("rank_00000.safetensors"), std::string::npos) << full.output;
+  EXPECT_NE(full.output.find("File too large"), std::string::npos) << full.output;
+  EXPECT_NE(full.output.find("the previous checkpoint is untouched"), std::string::npos) << full.output;
+  EXPECT_EQ(latest_step(dir.run_dir()), 3);
+  expect_latest_complete(dir.run_dir());
+  EXPECT_FALSE(file_exists(dir.checkpoint(6)));
+  const RunResult resumed = dir.run(1);
+  EXPECT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_EQ(latest_step(dir.run_dir()), kSteps);
+}
+
+}  // namespace
+}  // namespace ft
