@@ -32,11 +32,13 @@ void CheckpointReader::load_optimizer_state(parallel::ParallelStrategy& strategy
   std::string error;
   try {
     torch::NoGradGuard no_grad;
+    // Straight into the live buffers (no shard-sized temporaries: on a loaded host, touching
+    // fresh memory is what costs most); padding between pieces keeps its zeros.
     parallel::OptimizerShard& shard = strategy.optimizer_shard();
-    const std::int64_t numel = shard.master().numel();
-    const auto fp32 = torch::TensorOptions().dtype(torch::kFloat);
-    at::Tensor master = torch::zeros({numel}, fp32), exp_avg = torch::zeros({numel}, fp32),
-               exp_avg_sq = torch::zeros({numel}, fp32);
+    const optim::AdamWState live = shard.optimizer().state();
+    const at::Tensor& master = shard.master();
+    const at::Tensor& exp_avg = live.exp_avg;
+    const at::Tensor& exp_avg_sq = live.exp_avg_sq;
 
     // Saved pieces by parameter name.
     struct Saved {
@@ -83,8 +85,7 @@ void CheckpointReader::load_optimizer_state(parallel::ParallelStrategy& strategy
                " elements of ", want.name, " that rank ", comm.rank(), " needs from offset ", want.param_offset,
                " (the parameter's shape changed?)");
     }
-    shard.master().copy_(master);
-    shard.optimizer().load_state(optim::AdamWState{state_.optimizer_updates, exp_avg, exp_avg_sq});
+    shard.optimizer().set_step_count(state_.optimizer_updates);
   } catch (const std::exception& e) {
     error = e.what();
   }

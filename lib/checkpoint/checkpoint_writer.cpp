@@ -109,16 +109,26 @@ SaveReport save_checkpoint(const SaveRequest& request, dist::Communicator& comm,
   // This rank's shard and RNG state, and an index of it for the manifest.
   attempt([&] {
     parallel::OptimizerShard& shard = strategy.optimizer_shard();
-    const bool holds_state = !strategy.state_replicated() || root;
-    io::NamedTensors tensors;
-    std::vector<parallel::ShardPiece> pieces;
-    std::int64_t numel = 0;
-    if (holds_state) {
-      const optim::AdamWState state = shard.optimizer().state();
-      tensors = {{"master", shard.master()}, {"exp_avg", state.exp_avg}, {"exp_avg_sq", state.exp_avg_sq}};
-      pieces = strategy.shard_pieces();
-      numel = shard.master().numel();
+    const optim::AdamWState state = shard.optimizer().state();
+    at::Tensor master = shard.master(), exp_avg = state.exp_avg, exp_avg_sq = state.exp_avg_sq;
+    std::vector<parallel::ShardPiece> pieces = strategy.shard_pieces();
+    if (strategy.state_replicated()) {
+      // Every rank holds the same state (DDP): each writes its 1/W of it, so the ranks share the
+      // writing as they do for sharded strategies.
+      const std::int64_t n = master.numel(), world = comm.world_size();
+      const std::int64_t begin = n * rank / world, end = n * (rank + 1) / world;
+      std::vector<parallel::ShardPiece> mine;
+      for (const parallel::ShardPiece& p : pieces) {
+        const std::int64_t from = std::max(begin, p.shard_offset), to = std::min(end, p.shard_offset + p.length);
+        if (from < to) mine.push_back({p.name, p.param_offset + (from - p.shard_offset), to - from, from - begin});
+      }
+      pieces = std::move(mine);
+      master = master.narrow(0, begin, end - begin);
+      exp_avg = exp_avg.narrow(0, begin, end - begin);
+      exp_avg_sq = exp_avg_sq.narrow(0, begin, end - begin);
     }
+    io::NamedTensors tensors = {{"master", master}, {"exp_avg", exp_avg}, {"exp_avg_sq", exp_avg_sq}};
+    const std::int64_t numel = master.numel();
     for (auto& t : capture_rng(request.device)) tensors.push_back(std::move(t));
     const std::string file = rank_shard_file(rank);
     io::write_safetensors(join_path(tmp, file), tensors);

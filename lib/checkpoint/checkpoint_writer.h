@@ -1,7 +1,7 @@
 // Saving a checkpoint, collectively and atomically (checkpoint_folder.h has the folder's rules):
 //   1. rank 0 creates checkpoints/step_N.tmp;
 //   2. every rank writes rank_R.safetensors (its optimizer shard: fp32 master weights and AdamW
-//      moments, nothing when the state is replicated and R > 0; its RNG state) and rank_R.json
+//      moments; with replicated state (DDP), its 1/W of it; its RNG state) and rank_R.json
 //      (the shard's pieces, the file's size and CRC-32), each fsynced;
 //   3. the weights users read: rank 0 writes adapter/ (PEFT) or model/ (HF), gathered
 //      collectively; and training_state.json and config.json;

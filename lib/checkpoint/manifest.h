@@ -20,7 +20,7 @@ struct FileEntry {
 };
 
 // One rank's shard file: "master", "exp_avg" and "exp_avg_sq" (fp32, [numel]) laid out as the
-// pieces say (empty when the state is replicated and this is not rank 0), and its RNG state.
+// pieces say (with replicated DDP state: the rank's 1/W of it), and its RNG state.
 struct RankShard {
   int rank = 0;
   std::string file;

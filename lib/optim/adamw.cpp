@@ -150,6 +150,11 @@ void AdamW::step_tensor_ops(const at::Tensor& params, const at::Tensor& grad, do
 
 AdamWState AdamW::state() const { return AdamWState{step_, exp_avg_, exp_avg_sq_}; }
 
+void AdamW::set_step_count(std::int64_t step) {
+  FT_CHECK(step >= 0, "AdamW state: step must be >= 0, got ", step);
+  step_ = step;
+}
+
 void AdamW::load_state(const AdamWState& state) {
   FT_CHECK(state.step >= 0, "AdamW state: step must be >= 0, got ", state.step);
   auto check = [&](const at::Tensor& t, const char* name) {

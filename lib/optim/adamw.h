@@ -72,6 +72,8 @@ class AdamW {
   AdamWState state() const;
   // Copies `state` in (from any device), after checking its dtype and shapes.
   void load_state(const AdamWState& state);
+  // For a caller that filled the live state() tensors in place: the update count to continue from.
+  void set_step_count(std::int64_t step);
 
   // The state as named tensors for a checkpoint file: "step" (0-dim int64), "exp_avg" and
   // "exp_avg_sq" (live fp32 [numel], see state()).

@@ -89,7 +89,7 @@ class ParallelStrategy {
 
   // For checkpoints: this rank's fp32 master weights and AdamW state (optimizer_shard().master()
   // and optimizer().state(), live buffers) described as pieces of the parameters. `replicated`:
-  // every rank holds the same whole state (DDP), so rank 0's copy is all a checkpoint needs.
+  // every rank holds the same whole state (DDP), so a checkpoint needs one copy of it.
   virtual OptimizerShard& optimizer_shard() = 0;
   virtual std::vector<ShardPiece> shard_pieces() const = 0;
   virtual bool state_replicated() const { return false; }

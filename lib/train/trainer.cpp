@@ -106,11 +106,13 @@ TrainSummary run_training(const config::RunConfig& c, dist::Communicator& comm, 
   // already on the device are left alone.
   if (!device.is_cpu()) tm.model->to(device);
   if (ckpt) {
+    Stopwatch load_clock;
     ckpt->load_optimizer_state(*strategy, comm);
     // Dropout continues the same random stream; on another world size ranks hold other samples
     // anyway, so each rank gets a fresh seed that depends on the step.
     if (!ckpt->restore_rng(comm.rank(), comm.world_size(), device))
       at::manual_seed(c.train.seed + static_cast<std::uint64_t>(comm.rank()) + 1000003ull * static_cast<std::uint64_t>(start_step));
+    log::info("training state loaded from ", ckpt->dir(), " in ", load_clock.seconds(), " s");
   }
   const ForwardHooks hooks{strategy->layer_runner(c.train.activation_checkpointing),
                            [&strategy] { strategy->before_forward(); }};
@@ -172,7 +174,7 @@ TrainSummary run_training(const config::RunConfig& c, dist::Communicator& comm, 
   data::SamplerState position = ckpt ? ckpt->state().sampler : data::SamplerState{};
   std::int64_t last_lr_step = start_step;
   double last_lr = ckpt ? ckpt->state().lr : 0.0;
-  auto save = [&](std::int64_t steps_done) {
+  auto save = [&](std::int64_t steps_done) -> double {
     checkpoint::SaveRequest request;
     request.run_dir = c.run_dir;
     request.keep_last = c.checkpoint.keep_last;
@@ -194,6 +196,7 @@ TrainSummary run_training(const config::RunConfig& c, dist::Communicator& comm, 
     const checkpoint::SaveReport report = checkpoint::save_checkpoint(request, comm, *strategy);
     summary.checkpoint_seconds += report.seconds;
     if (root) log::info("checkpoint ", report.path, " saved in ", report.seconds, " s (", report.bytes / 1e6, " MB)");
+    return report.seconds;
   };
   auto run_eval = [&](std::int64_t step) {
     if (!eval_file) return;
@@ -310,7 +313,10 @@ TrainSummary run_training(const config::RunConfig& c, dist::Communicator& comm, 
     last_lr_step = step + 1;
     last_lr = lr;
     const bool periodic = c.checkpoint.every_steps > 0 && (step + 1) % c.checkpoint.every_steps == 0;
-    if (periodic || step + 1 == total_steps || stop) save(step + 1);
+    if (periodic || step + 1 == total_steps || stop) {
+      const double seconds = save(step + 1);
+      metrics.write(Json{{"step", step + 1}, {"checkpoint_s", seconds}});
+    }
     fault_point("step.done");
   }
   set_stop_honoured(false);
