@@ -152,5 +152,24 @@ TEST(DdpMultirank, AKilledRankStopsTheRunWithNoProcessLeft) {
   if (std::getenv("FT_TEST_VERBOSE")) std::cerr << r.output;
 }
 
+// Rank 0 fails before training (no usable sample: every record is longer than max_seq_len 4)
+// while rank 1 waits for the token file rank 0 was to write: rank 0 leaves at once (it does not
+// wait for the others to check out of the store), ft_launch stops rank 1, and nobody sits out
+// parallel.timeout_s.
+TEST(DdpMultirank, RankZeroFailingAtStartEndsTheRunAtOnce) {
+  test::TempDir dir;
+  const std::string config = write_config(dir);
+  const auto start = std::chrono::steady_clock::now();
+  auto r = test::run_command(test::bin_path("ft_launch") + " --nproc_per_node 2 " + test::bin_path("ft_train") + " " +
+                                 config + " --set data.max_seq_len=4 --set parallel.timeout_s=60",
+                             true);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("[rank 0] ft_train: error:"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("rank 0 (pid"), std::string::npos) << r.output;  // ft_launch saw rank 0 go first
+  // A bound, not a speed: before, rank 0 waited min(timeout, 30 s) for rank 1 to check out.
+  EXPECT_LT(seconds, 25) << r.output;
+}
+
 }  // namespace
 }  // namespace ft
