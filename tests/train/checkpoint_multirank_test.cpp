@@ -3,7 +3,8 @@
 // a checkpoint every 3:
 //   - exact: a run killed between saves (SIGKILL of one rank) or stopped by SIGTERM (ft_launch
 //     passes it on) and resumed gives bit for bit the losses, evaluation and weights of an
-//     uninterrupted run, for LoRA+ddp (with dropout, so the RNG state matters), zero2 and fsdp;
+//     uninterrupted run, for LoRA+ddp (with dropout, so the RNG state matters), zero2 and fsdp,
+//     and with fp32 masters apart from the parameters (bf16 ddp and fsdp, zero2 with offload);
 //     the resumed part crosses epoch boundaries;
 //   - crash-safe: rank 0 killed at every stage of a save leaves a complete `latest` checkpoint,
 //     a restart cleans up and still reproduces the uninterrupted run;
@@ -48,9 +49,14 @@ struct TrainSetup {
   std::string strategy;
   bool lora = false;
   double dropout = 0.0;
+  std::string precision = "fp32";
+  bool offload = false;
 };
 
-std::string label(const TrainSetup& s) { return s.strategy + (s.lora ? "_lora" : "_full"); }
+std::string label(const TrainSetup& s) {
+  return s.strategy + (s.lora ? "_lora" : "_full") + (s.precision == "fp32" ? "" : "_" + s.precision) +
+         (s.offload ? "_offload" : "");
+}
 void PrintTo(const TrainSetup& s, std::ostream* os) { *os << label(s); }
 
 Json make_config(const std::string& run_dir, const TrainSetup& s, int keep_last) {
@@ -67,6 +73,8 @@ Json make_config(const std::string& run_dir, const TrainSetup& s, int keep_last)
             {"checkpoint", {{"every_steps", kEvery}, {"keep_last", keep_last}}},
             {"log", {{"every_steps", 1}}}};
   if (s.lora) c["lora"] = {{"r", 4}, {"alpha", 8}, {"dropout", s.dropout}, {"target_modules", "all-linear"}};
+  c["train"]["precision"] = s.precision;
+  c["parallel"]["offload_optimizer"] = s.offload;
   return c;
 }
 
@@ -154,7 +162,7 @@ void expect_continues(const RunResult& reference, const RunResult& resumed, int 
 // One uninterrupted 2-rank run per setup and keep_last, shared by the tests (kept for the process).
 const std::pair<std::shared_ptr<RunDir>, RunResult>& reference(const TrainSetup& s, int keep_last = 100) {
   static std::map<std::string, std::pair<std::shared_ptr<RunDir>, RunResult>> runs;
-  const std::string key = label(s) + std::to_string(s.dropout) + "/" + std::to_string(keep_last);
+  const std::string key = label(s) + "/" + std::to_string(s.dropout) + "/" + std::to_string(keep_last);
   auto found = runs.find(key);
   if (found == runs.end()) {
     auto dir = std::make_shared<RunDir>(s, keep_last);
@@ -205,7 +213,10 @@ TEST_P(ExactResume, StoppedBySigtermThenResumedIsBitwiseTheSame) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Strategies, ExactResume,
-                         ::testing::Values(TrainSetup{"ddp", true, 0.1}, TrainSetup{"zero2", false}, TrainSetup{"fsdp", false}),
+                         // bf16 and offload: fp32 master weights apart from the parameters.
+                         ::testing::Values(TrainSetup{"ddp", true, 0.1}, TrainSetup{"zero2", false}, TrainSetup{"fsdp", false},
+                                           TrainSetup{"ddp", false, 0.0, "bf16"}, TrainSetup{"fsdp", false, 0.0, "bf16"},
+                                           TrainSetup{"zero2", false, 0.0, "fp32", true}),
                          [](const auto& info) { return label(info.param); });
 
 // Rank 0 killed at each stage of the second save (step 6): the checkpoint `latest` names is
