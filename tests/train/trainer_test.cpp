@@ -30,20 +30,8 @@ Json tiny(const std::string& run_dir) {
           {"log", {{"every_steps", 1}}}};
 }
 
-std::vector<Json> read_metrics(const std::string& run_dir) {
-  std::vector<Json> out;
-  std::ifstream in(join_path(run_dir, "metrics.jsonl"));
-  std::string line;
-  while (std::getline(in, line)) out.push_back(parse_json(line, "metrics.jsonl"));
-  return out;
-}
-
-std::vector<double> losses(const std::vector<Json>& metrics) {
-  std::vector<double> out;
-  for (const Json& m : metrics)
-    if (m.contains("loss")) out.push_back(m["loss"].get<double>());
-  return out;
-}
+using test::read_metrics;
+const auto& losses = test::metric_losses;
 
 TrainSummary train(const Json& config, const std::vector<std::string>& overrides = {}) {
   auto comm = dist::make_single_process_communicator();
