@@ -11,7 +11,10 @@
 // (default 10), and ft_launch exits with the failing rank's code (128+N for signal N). SIGINT,
 // SIGTERM and SIGHUP are passed on to every rank (ft_train then finishes its step, saves a
 // checkpoint and exits 0), with SIGKILL after --stop-grace-period seconds (default 600: time to
-// save); ft_launch exits 0 when every rank did, else 128+N. A second signal kills at once. The ranks run in a process group of their own, which is killed at the end, so
+// save); ft_launch exits 0 when every rank did, else 128+N. A second signal kills at once.
+// --max-restarts N (one node): after a rank fails, all ranks are stopped and started again, up
+// to N times, with FT_RESTART_COUNT (and torchrun's TORCHELASTIC_RESTART_COUNT) set to the
+// attempt; ft_train then continues from the latest complete checkpoint (checkpoint.resume auto). The ranks run in a process group of their own, which is killed at the end, so
 // nothing is left behind; each child also dies with ft_launch (PR_SET_PDEATHSIG) should
 // ft_launch itself be killed.
 //
@@ -49,7 +52,7 @@ using Clock = std::chrono::steady_clock;
 
 const char* const kUsage =
     "usage: ft_launch [--nproc_per_node N] [--nnodes K --node_rank I --master_addr A] [--master_port P]\n"
-    "                 [--grace-period SECONDS] [--stop-grace-period SECONDS] PROGRAM [ARGS...]\n"
+    "                 [--grace-period SECONDS] [--stop-grace-period SECONDS] [--max-restarts N] PROGRAM [ARGS...]\n"
     "Starts N processes of PROGRAM with RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR and\n"
     "MASTER_PORT set, prefixes their output with [rank R], and stops all of them when one fails.\n";
 
@@ -61,6 +64,7 @@ struct Options {
   int master_port = 0;
   double grace_s = 10;        // after a rank failed
   double stop_grace_s = 600;  // after a signal was passed on: the ranks save a checkpoint
+  int max_restarts = 0;       // restarts of all ranks after a rank failed
   std::vector<std::string> command;
 };
 
@@ -110,6 +114,8 @@ Options parse_args(int argc, char** argv, bool* help) {
       o.master_addr = value;
     } else if (arg == "--master_port") {
       o.master_port = parse_int(arg, value, 1, 65535);
+    } else if (arg == "--max_restarts") {
+      o.max_restarts = parse_int(arg, value, 0, 1000000);
     } else if (arg == "--grace_period" || arg == "--stop_grace_period") {
       char* end = nullptr;
       const double seconds = std::strtod(value.c_str(), &end);
@@ -128,6 +134,9 @@ Options parse_args(int argc, char** argv, bool* help) {
   }
   if (o.nnodes > 1 && (o.master_addr.empty() || o.master_port == 0)) {
     throw ft::app::UsageError{"--nnodes > 1 needs --master_addr (node rank 0's host) and --master_port, the same on every node"};
+  }
+  if (o.nnodes > 1 && o.max_restarts > 0) {
+    throw ft::app::UsageError{"--max-restarts restarts this node's ranks only; with --nnodes > 1 let the scheduler restart the job"};
   }
   if (o.master_addr.empty()) o.master_addr = "127.0.0.1";
   return o;
@@ -215,17 +224,14 @@ std::string describe_status(int status) {
 
 void say(const std::string& message) { write_all(2, "ft_launch: " + message + "\n"); }
 
-int launch(const Options& o) {
-  const int port = o.master_port != 0 ? o.master_port : free_port();
-  const int world = o.nproc_per_node * o.nnodes;
+// How one start of all ranks ended.
+struct Outcome {
+  int code = 0;             // what ft_launch exits with
+  bool rank_failed = false;  // a rank failed on its own (not after a signal ft_launch passed on)
+};
 
-  FT_CHECK(::pipe2(g_signal_pipe, O_CLOEXEC | O_NONBLOCK) == 0, "pipe2(): ", std::strerror(errno));
-  struct sigaction action {};
-  action.sa_handler = on_signal;
-  sigemptyset(&action.sa_mask);
-  action.sa_flags = SA_RESTART;
-  for (int s : {SIGINT, SIGTERM, SIGHUP, SIGCHLD}) ::sigaction(s, &action, nullptr);
-  ::signal(SIGPIPE, SIG_IGN);
+Outcome run_ranks(const Options& o, int port, int restart) {
+  const int world = o.nproc_per_node * o.nnodes;
 
   // The environment every child starts from.
   std::map<std::string, std::string> base;
@@ -240,6 +246,8 @@ int launch(const Options& o) {
   base["GROUP_RANK"] = std::to_string(o.node_rank);
   base["MASTER_ADDR"] = o.master_addr;
   base["MASTER_PORT"] = std::to_string(port);
+  base["FT_RESTART_COUNT"] = std::to_string(restart);
+  base["TORCHELASTIC_RESTART_COUNT"] = std::to_string(restart);
 
   std::vector<char*> args;
   for (const auto& a : o.command) args.push_back(const_cast<char*>(a.c_str()));
@@ -391,7 +399,7 @@ int launch(const Options& o) {
     if (ready < 0 && errno != EINTR) {
       say(ft::str("poll(): ", std::strerror(errno)));
       signal_group(SIGKILL);
-      return 1;
+      return {1, false};
     }
     if (ready <= 0) continue;
     if (fds[0].revents & POLLIN) {
@@ -428,9 +436,31 @@ int launch(const Options& o) {
     // Every rank exiting 0 after the signal means they stopped cleanly (ft_train: with a checkpoint).
     bool all_clean = !killed;
     for (const Child& c : children) all_clean = all_clean && c.code == 0;
-    return all_clean ? 0 : 128 + interrupted;
+    return {all_clean ? 0 : 128 + interrupted, false};
   }
-  return failed_rank >= 0 ? failed_code : 0;
+  return {failed_rank >= 0 ? failed_code : 0, failed_rank >= 0};
+}
+
+int launch(const Options& o) {
+  FT_CHECK(::pipe2(g_signal_pipe, O_CLOEXEC | O_NONBLOCK) == 0, "pipe2(): ", std::strerror(errno));
+  struct sigaction action {};
+  action.sa_handler = on_signal;
+  sigemptyset(&action.sa_mask);
+  action.sa_flags = SA_RESTART;
+  for (int s : {SIGINT, SIGTERM, SIGHUP, SIGCHLD}) ::sigaction(s, &action, nullptr);
+  ::signal(SIGPIPE, SIG_IGN);
+
+  for (int restart = 0;; ++restart) {
+    // A fresh port per start when ft_launch picks it: the last start's store may linger in TIME_WAIT.
+    const int port = o.master_port != 0 ? o.master_port : free_port();
+    const Outcome outcome = run_ranks(o, port, restart);
+    if (!outcome.rank_failed || restart >= o.max_restarts) {
+      if (outcome.rank_failed && o.max_restarts > 0) say(ft::str("giving up after ", o.max_restarts, " restarts"));
+      return outcome.code;
+    }
+    say(ft::str("restarting all ranks (restart ", restart + 1, " of ", o.max_restarts,
+                "); ft_train continues from the latest complete checkpoint"));
+  }
 }
 
 int run(int argc, char** argv) {

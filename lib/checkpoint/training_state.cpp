@@ -31,6 +31,8 @@ Json TrainingState::to_json() const {
               {"optimizer_updates", optimizer_updates},
               {"sampler", {{"epoch", sampler.epoch}, {"consumed", sampler.consumed}}},
               {"loss_scaler", loss_scaler},
+              {"spike_guard", spike_guard},
+              {"spike_steps", spike_steps},
               {"skipped_steps", skipped_steps},
               {"overflow_steps", overflow_steps},
               {"first_eval_loss", number_or_null(first_eval_loss)},
@@ -49,6 +51,9 @@ TrainingState TrainingState::from_json(const Json& j, const std::string& source)
   s.sampler.consumed = get_int(j["sampler"], "consumed", source + " sampler");
   FT_CHECK(j.contains("loss_scaler") && j["loss_scaler"].is_object(), source, ": \"loss_scaler\" must be an object");
   s.loss_scaler = j["loss_scaler"];
+  FT_CHECK(j.contains("spike_guard") && j["spike_guard"].is_object(), source, ": \"spike_guard\" must be an object");
+  s.spike_guard = j["spike_guard"];
+  s.spike_steps = get_int(j, "spike_steps", source);
   s.skipped_steps = get_int(j, "skipped_steps", source);
   s.overflow_steps = get_int(j, "overflow_steps", source);
   s.first_eval_loss = get_number(j, "first_eval_loss", source);

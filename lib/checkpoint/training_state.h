@@ -19,8 +19,10 @@ struct TrainingState {
   std::int64_t optimizer_updates = 0;  // AdamW updates taken (skipped steps excluded): its bias correction
   data::SamplerState sampler;        // the position after `step`
   Json loss_scaler = Json::object();  // optim::LossScaler::state_json()
+  Json spike_guard = Json::object();  // optim::SpikeGuard::state_json() (empty without train.skip_spikes)
   std::int64_t skipped_steps = 0;    // non-finite steps skipped
   std::int64_t overflow_steps = 0;   // fp16 overflow steps skipped
+  std::int64_t spike_steps = 0;      // loss or gradient-norm spikes skipped
   double first_eval_loss = 0;        // NaN before any evaluation
   double lr = 0;                     // the last step's learning rate (for people reading the file)
 

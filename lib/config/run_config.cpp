@@ -107,6 +107,10 @@ Schema make_schema() {
              std::nullopt),
       key("train.activation_checkpointing", kBool, Json(false), "recompute each decoder layer in backward"),
       choice("train.on_nonfinite", {"stop", "skip"}, "stop", "a NaN/Inf loss or gradient stops the run or skips the step"),
+      key("train.skip_spikes", kBool, Json(false),
+          "skip a step whose loss or gradient norm is spike_sigma standard deviations above the last spike_window steps' mean"),
+      ranged(key("train.spike_window", kInt, Json(128), "steps of history for train.skip_spikes"), 2, std::nullopt),
+      ranged(key("train.spike_sigma", kNum, Json(6.0), "standard deviations that make a spike"), 0, std::nullopt, true),
       ranged(key("train.threads", kInt, Json(0), "CPU threads per rank; 0 = cores / local ranks"), 0, 1024),
       ranged(key("checkpoint.every_steps", kInt, Json(0), "save every N steps; 0 = at the end only"), 0, std::nullopt),
       ranged(key("checkpoint.keep_last", kInt, Json(2), "checkpoints kept"), 1, std::nullopt),
@@ -195,6 +199,9 @@ RunConfig parse_run_config(Json config, const std::string& source, const std::ve
   c.train.loss_scale_growth_interval = t["loss_scale_growth_interval"];
   c.train.activation_checkpointing = t["activation_checkpointing"];
   c.train.on_nonfinite = t["on_nonfinite"];
+  c.train.skip_spikes = t["skip_spikes"];
+  c.train.spike_window = t["spike_window"];
+  c.train.spike_sigma = t["spike_sigma"];
   c.train.threads = t["threads"];
   const Json& k = r["checkpoint"];
   c.checkpoint.every_steps = k["every_steps"];

@@ -76,6 +76,9 @@ struct TrainConfig {
   std::int64_t loss_scale_growth_interval = 2000;  // GradScaler's growth_interval
   bool activation_checkpointing = false;
   std::string on_nonfinite = "stop";   // stop|skip a step whose loss or gradient is NaN/Inf
+  bool skip_spikes = false;            // skip loss/gradient-norm spikes (optim/spike_guard.h)
+  std::int64_t spike_window = 128;
+  double spike_sigma = 6.0;
   std::int64_t threads = 0;            // CPU threads per rank; 0 = cores / local ranks
 };
 

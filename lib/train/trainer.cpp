@@ -18,6 +18,7 @@
 #include "optim/grad_clip.h"
 #include "optim/loss_scaler.h"
 #include "optim/lr_schedule.h"
+#include "optim/spike_guard.h"
 #include "parallel/parallel_strategy.h"
 #include "train/evaluator.h"
 #include "train/metrics_log.h"
@@ -154,6 +155,8 @@ TrainSummary run_training(const config::RunConfig& c, dist::Communicator& comm, 
   scaler_options.growth_interval = c.train.loss_scale_growth_interval;
   optim::LossScaler scaler(scaler_options);
   std::int64_t overflow_steps = 0;
+  optim::SpikeGuard spike_guard(optim::SpikeGuardOptions{static_cast<std::size_t>(c.train.spike_window), c.train.spike_sigma});
+  std::int64_t spike_steps = 0;
 
   TrainSummary summary;
   summary.first_eval_loss = summary.final_eval_loss = NAN;
@@ -161,6 +164,8 @@ TrainSummary run_training(const config::RunConfig& c, dist::Communicator& comm, 
     const checkpoint::TrainingState& state = ckpt->state();
     scaler.load_state_json(state.loss_scaler, ckpt->dir());
     overflow_steps = state.overflow_steps;
+    spike_steps = state.spike_steps;
+    if (c.train.skip_spikes && !state.spike_guard.empty()) spike_guard.load_state_json(state.spike_guard, ckpt->dir());
     summary.skipped_steps = state.skipped_steps;
     summary.first_eval_loss = state.first_eval_loss;
     summary.steps = summary.resumed_from_step = start_step;
@@ -188,6 +193,8 @@ TrainSummary run_training(const config::RunConfig& c, dist::Communicator& comm, 
     state.loss_scaler = scaler.state_json();
     state.skipped_steps = summary.skipped_steps;
     state.overflow_steps = overflow_steps;
+    state.spike_steps = spike_steps;
+    if (c.train.skip_spikes) state.spike_guard = spike_guard.state_json();
     state.first_eval_loss = summary.first_eval_loss;
     state.lr = last_lr_step == steps_done ? last_lr : 0.0;
     request.write_weights = [&](const std::string& dir) {
@@ -269,6 +276,14 @@ TrainSummary run_training(const config::RunConfig& c, dist::Communicator& comm, 
       ++overflow_steps;
       log::info("step ", step + 1, ": gradient overflow at loss scale ", loss_scale, "; step skipped, scale now ",
                 scaler.scale());
+    } else if (loss_finite && grads_finite && c.train.skip_spikes && spike_guard.is_spike(loss, grad_norm)) {
+      // Every rank sees the same loss and norm (all-reduced), so every rank skips alike.
+      if (scale_loss) scaler.update(false);
+      strategy->skip_step();
+      skipped = true;
+      ++spike_steps;
+      log::warn("step ", step + 1, ": loss ", loss, " or gradient norm ", grad_norm, " is more than ",
+                c.train.spike_sigma, " standard deviations above the last steps'; step skipped (train.skip_spikes)");
     } else if (loss_finite && grads_finite) {
       if (scale_loss) scaler.update(false);
       strategy->step(lr, optim::clip_coefficient(grad_norm, c.train.grad_clip) / loss_scale);
@@ -305,6 +320,7 @@ TrainSummary run_training(const config::RunConfig& c, dist::Communicator& comm, 
                      {"peak_memory_bytes", peak_rss_bytes()},
                      {"skipped", skipped}};
       if (scale_loss) record["loss_scale"] = loss_scale;
+      if (c.train.skip_spikes) record["spike_steps"] = spike_steps;
       metrics.write(record);
       progress.update(step + 1, loss, counts[2].item<double>() / step_s, run_clock.seconds());
     }

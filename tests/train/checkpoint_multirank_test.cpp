@@ -51,11 +51,12 @@ struct TrainSetup {
   double dropout = 0.0;
   std::string precision = "fp32";
   bool offload = false;
+  bool skip_spikes = false;  // with a hair trigger (window 4, 1 sigma), so the guard's history matters
 };
 
 std::string label(const TrainSetup& s) {
   return s.strategy + (s.lora ? "_lora" : "_full") + (s.precision == "fp32" ? "" : "_" + s.precision) +
-         (s.offload ? "_offload" : "");
+         (s.offload ? "_offload" : "") + (s.skip_spikes ? "_spikes" : "");
 }
 void PrintTo(const TrainSetup& s, std::ostream* os) { *os << label(s); }
 
@@ -75,6 +76,11 @@ Json make_config(const std::string& run_dir, const TrainSetup& s, int keep_last)
   if (s.lora) c["lora"] = {{"r", 4}, {"alpha", 8}, {"dropout", s.dropout}, {"target_modules", "all-linear"}};
   c["train"]["precision"] = s.precision;
   c["parallel"]["offload_optimizer"] = s.offload;
+  if (s.skip_spikes) {
+    c["train"]["skip_spikes"] = true;
+    c["train"]["spike_window"] = 4;
+    c["train"]["spike_sigma"] = 1.0;
+  }
   return c;
 }
 
@@ -97,10 +103,16 @@ class RunDir {
 
   // env: variables set for this command only ("FT_FAULT=step.done:5@1").
   RunResult run(int ranks, const std::string& args = "", const std::string& env = "") const {
-    RunResult r;
     const auto result = test::run_command(env + (env.empty() ? "" : " ") + test::ft_train_command(ranks, config_path(), args), true);
+    RunResult r = collect();
     r.exit_code = result.exit_code;
     r.output = result.output;
+    return r;
+  }
+
+  // What the run folder holds now: metrics and the written weights.
+  RunResult collect() const {
+    RunResult r;
     for (const Json& m : test::read_metrics(run_dir())) {
       if (m.contains("loss")) r.losses.push_back(m["loss"].get<double>());
       if (m.contains("eval_loss")) r.eval_loss = m["eval_loss"].get<double>();
@@ -191,6 +203,17 @@ TEST_P(ExactResume, KilledBetweenSavesThenResumedIsBitwiseTheSame) {
   const RunResult resumed = dir.run(2);
   ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
   EXPECT_NE(resumed.output.find("step_000003 at step 3 of 12"), std::string::npos) << resumed.output;
+  if (GetParam().skip_spikes) {
+    // The guard skipped steps after the checkpoint, so its restored history decided them.
+    std::int64_t at_checkpoint = -1, at_end = -1;
+    for (const Json& m : test::read_metrics(dir.run_dir())) {
+      if (!m.contains("spike_steps")) continue;
+      if (m["step"] == 3) at_checkpoint = m["spike_steps"];
+      at_end = m["spike_steps"];
+    }
+    EXPECT_GT(at_end, at_checkpoint);
+    EXPECT_GE(at_checkpoint, 0);
+  }
   expect_identical(ref, resumed);
 }
 
@@ -216,7 +239,8 @@ INSTANTIATE_TEST_SUITE_P(Strategies, ExactResume,
                          // bf16 and offload: fp32 master weights apart from the parameters.
                          ::testing::Values(TrainSetup{"ddp", true, 0.1}, TrainSetup{"zero2", false}, TrainSetup{"fsdp", false},
                                            TrainSetup{"ddp", false, 0.0, "bf16"}, TrainSetup{"fsdp", false, 0.0, "bf16"},
-                                           TrainSetup{"zero2", false, 0.0, "fp32", true}),
+                                           TrainSetup{"zero2", false, 0.0, "fp32", true},
+                                           TrainSetup{"zero2", false, 0.0, "fp32", false, true}),
                          [](const auto& info) { return label(info.param); });
 
 // Rank 0 killed at each stage of the second save (step 6): the checkpoint `latest` names is
@@ -356,6 +380,35 @@ TEST(CheckpointErrors, AConfigThatChangesTheMathIsRefusedUnlessForced) {
   const RunResult spread = other.run(1, from + " --set train.micro_batch_size=4 --set parallel.bucket_mb=1");
   ASSERT_EQ(spread.exit_code, 0) << spread.output;
   expect_continues(ref, spread, 6);
+}
+
+// ft_launch --max-restarts: rank 1 is killed by the 5th step of every start (after steps 5, 8
+// and 11), each restart continues from the latest checkpoint (3, 6, 9), and the fourth start
+// finishes the run: the same losses and weights as never failing. One restart is not enough.
+TEST(Restarts, AFailedRankRestartsEveryRankFromTheLatestCheckpoint) {
+  const TrainSetup setup{"zero2", false};
+  const auto& [ref_dir, ref] = reference(setup);
+  RunDir dir(setup, 2);
+  auto launch = [&](int restarts) {
+    return test::run_command("FT_FAULT=step.done:5@1 " + test::bin_path("ft_launch") + " --nproc_per_node 2 --max-restarts " +
+                                 std::to_string(restarts) + " " + test::bin_path("ft_train") + " " + dir.config_path(),
+                             true);
+  };
+  const auto gave_up = launch(1);
+  EXPECT_EQ(gave_up.exit_code, 128 + 9) << gave_up.output;
+  EXPECT_NE(gave_up.output.find("restarting all ranks (restart 1 of 1)"), std::string::npos) << gave_up.output;
+  EXPECT_NE(gave_up.output.find("giving up after 1 restarts"), std::string::npos) << gave_up.output;
+  EXPECT_EQ(latest_step(dir.run_dir()), 6);
+
+  RunDir fresh(setup, 2);
+  const auto done = test::run_command("FT_FAULT=step.done:5@1 " + test::bin_path("ft_launch") +
+                                          " --nproc_per_node 2 --max-restarts 3 " + test::bin_path("ft_train") + " " +
+                                          fresh.config_path(),
+                                      true);
+  ASSERT_EQ(done.exit_code, 0) << done.output;
+  EXPECT_NE(done.output.find("restart 3 of 3"), std::string::npos) << done.output;
+  EXPECT_NE(done.output.find("step_000009 at step 9 of 12"), std::string::npos) << done.output;
+  expect_identical(ref, fresh.collect());
 }
 
 TEST(CheckpointErrors, AFullDiskFailsTheSaveAndKeepsThePreviousCheckpoint) {

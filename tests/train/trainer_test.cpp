@@ -120,6 +120,42 @@ TEST(Trainer, ContinuesFromAnAdapter) {
   EXPECT_LT(first.final_eval_loss, first.first_eval_loss);
 }
 
+// Plain text the model knows well, then a batch of noise: with train.skip_spikes the noise step
+// (loss and gradient norm far above the previous steps) is skipped and counted, the others are
+// not; without it nothing is skipped.
+TEST(Trainer, SkipSpikesSkipsANoiseBatch) {
+  test::TempDir dir;
+  std::string lines;
+  for (int i = 0; i < 40; ++i)
+    lines += Json{{"text", "Once upon a time, there was a little girl named Lily. She loved to play outside in the park."}}.dump() + "\n";
+  std::uint32_t x = 12345;
+  for (int i = 0; i < 8; ++i) {
+    std::string noise;
+    for (int k = 0; k < 80; ++k) {
+      x = x * 1103515245u + 12345u;
+      noise += static_cast<char>('!' + (x >> 16) % 90);
+    }
+    lines += Json{{"text", noise}}.dump() + "\n";
+  }
+  write_file_atomic(dir.file("data.jsonl"), lines);
+  Json c = tiny(dir.file("run"));
+  c["data"] = {{"train", dir.file("data.jsonl")}, {"format", "text"}, {"max_seq_len", 64}, {"shuffle", false}};
+  c["train"]["max_steps"] = 6;
+  c["train"]["micro_batch_size"] = 8;
+  c["train"]["lr"] = 1e-3;
+  auto skipped_steps = [&](const std::vector<std::string>& overrides) {
+    train(c, overrides);
+    std::vector<std::int64_t> out;
+    for (const Json& m : read_metrics(dir.file("run")))
+      if (m.contains("skipped") && m["skipped"].get<bool>()) out.push_back(m["step"].get<std::int64_t>());
+    remove_tree(dir.file("run"));
+    return out;
+  };
+  EXPECT_EQ(skipped_steps({"train.skip_spikes=true", "train.spike_window=8", "train.spike_sigma=6"}),
+            std::vector<std::int64_t>{6});
+  EXPECT_EQ(skipped_steps({}), std::vector<std::int64_t>{});
+}
+
 TEST(Trainer, FeaturesNotYetBuiltAreRefused) {
   test::TempDir dir;
   EXPECT_FT_ERROR(train(tiny(dir.path()), {"model.quantize=int8"}),
