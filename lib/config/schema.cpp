@@ -106,9 +106,11 @@ void set_path(Json& config, const std::string& path, const Json& value) {
     const auto dot = path.find('.', start);
     const std::string part = path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
     if (dot == std::string::npos) {
+      FT_CHECK(node->is_object(), "--set ", path, ": the config is not a JSON object");
       (*node)[part] = value;
       return;
     }
+    FT_CHECK(node->is_object(), "--set ", path, ": the config is not a JSON object");
     if (!node->contains(part) || !(*node)[part].is_object()) (*node)[part] = Json::object();
     node = &(*node)[part];
     start = dot + 1;

@@ -97,6 +97,39 @@ Json PeftAdapterConfig::to_json() const {
   return j;
 }
 
+// Before std::regex sees a pattern from a file: libstdc++ overflows a signed integer (undefined
+// behaviour) on repetition counts like {99999999999999999999} and on back-reference numbers
+// alike, and large counts blow the automaton up in time and memory. PEFT's target-module patterns are short and count little.
+static void check_regex_bounds(const std::string& pattern, const std::string& source) {
+  constexpr std::size_t kMaxLength = 1024;
+  constexpr long kMaxCount = 1000;
+  FT_CHECK(pattern.size() <= kMaxLength, source, ": target_modules: the regular expression has ", pattern.size(),
+           " characters; at most ", kMaxLength, " are accepted");
+  for (std::size_t i = 0; i < pattern.size(); ++i) {
+    if (pattern[i] == '\\') {
+      // An escaped character ("\\{" included), or a back-reference: its number overflows alike.
+      std::size_t digits = 0;
+      while (i + 1 + digits < pattern.size() && pattern[i + 1 + digits] >= '0' && pattern[i + 1 + digits] <= '9') ++digits;
+      FT_CHECK(digits <= 3, source, ": target_modules: a back-reference number in \"", pattern, "\" is too large");
+      i += digits > 0 ? digits : 1;
+      continue;
+    }
+    if (pattern[i] != '{') continue;
+    std::size_t digits = 0;
+    long value = 0;
+    for (std::size_t k = i + 1; k < pattern.size() && pattern[k] != '}'; ++k) {
+      if (pattern[k] >= '0' && pattern[k] <= '9') {
+        if (++digits <= 6) value = value * 10 + (pattern[k] - '0');
+        FT_CHECK(digits <= 4 && value <= kMaxCount, source, ": target_modules: a repetition count in \"", pattern,
+                 "\" is above ", kMaxCount);
+      } else {
+        digits = 0;
+        value = 0;
+      }
+    }
+  }
+}
+
 PeftAdapterConfig parse_peft_adapter_config(const Json& json, const std::string& source) {
   FT_CHECK(json.is_object(), source, ": expected a JSON object, got ", describe_json(json));
   PeftAdapterConfig c;
@@ -129,6 +162,7 @@ PeftAdapterConfig parse_peft_adapter_config(const Json& json, const std::string&
     if (s == "all-linear") {
       c.target_modules.names = {"all-linear"};
     } else {
+      check_regex_bounds(s, source);
       try {
         std::regex check(s);
       } catch (const std::regex_error& e) {

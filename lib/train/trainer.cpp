@@ -3,6 +3,7 @@
 #include <torch/torch.h>
 
 #include <cmath>
+#include <limits>
 #include <thread>
 
 #include "checkpoint/checkpoint_folder.h"
@@ -251,6 +252,7 @@ TrainSummary run_training(const config::RunConfig& c, dist::Communicator& comm, 
       options.position_ids = b.position_ids.to(device);
       options.segment_ids = b.segment_ids.to(device);
       model::LossSum loss = model::causal_lm_loss(tm.model(b.input_ids.to(device), options), b.labels.to(device));
+      if (fault_value("loss.nan")) loss.sum = loss.sum * std::numeric_limits<double>::quiet_NaN();
       const double multiplier = scale_loss ? scaler.scale() / step_tokens : 1.0 / step_tokens;
       (loss.sum * multiplier).backward();
       loss_sum += loss.sum.item<double>();

@@ -44,19 +44,40 @@ FaultSpec read_spec() {
   return spec;
 }
 
+FaultSpec& spec() {
+  static FaultSpec s = read_spec();
+  return s;
+}
+std::mutex g_mutex;
+
+// Counts a hit of `name`; true when this is the one FT_FAULT asks for.
+bool hit(FaultSpec& s, const char* name) {
+  return s.armed && s.point == name && ++s.hits == s.count;
+}
+
 }  // namespace
 
+bool fault_value(const char* name) {
+  FaultSpec& s = spec();
+  if (!s.armed || s.action != "nan") return false;
+  std::lock_guard<std::mutex> lock(g_mutex);
+  if (!hit(s, name)) return false;
+  log::warn("FT_FAULT: poisoned value at ", name, " (hit ", s.hits, ")");
+  return true;
+}
+
 void fault_point(const char* name) {
-  static FaultSpec spec = read_spec();
-  static std::mutex mutex;
-  if (!spec.armed) return;
-  std::lock_guard<std::mutex> lock(mutex);
-  if (spec.point != name || ++spec.hits != spec.count) return;
-  log::warn("FT_FAULT: ", spec.action, " at ", name, " (hit ", spec.hits, ")");
-  if (spec.action == "sigterm") {
+  FaultSpec& s = spec();
+  if (!s.armed || s.action == "nan") return;
+  std::lock_guard<std::mutex> lock(g_mutex);
+  if (!hit(s, name)) return;
+  log::warn("FT_FAULT: ", s.action, " at ", name, " (hit ", s.hits, ")");
+  if (s.action == "sigterm") {
     ::kill(::getpid(), SIGTERM);
-  } else if (spec.action == "sigterm-parent") {
+  } else if (s.action == "sigterm-parent") {
     ::kill(::getppid(), SIGTERM);
+  } else if (s.action == "sigstop") {
+    ::kill(::getpid(), SIGSTOP);
   } else {
     ::kill(::getpid(), SIGKILL);
   }

@@ -48,6 +48,13 @@ TEST(RunConfig, DefaultsFillEveryKey) {
   }
 }
 
+// Found by fuzz_run_config: a config file that is not a JSON object, with --set, threw
+// nlohmann's type_error past every handler.
+TEST(RunConfig, OverrideOnAConfigThatIsNotAnObjectIsAnError) {
+  for (const Json& bad : {Json("text"), Json::array({1, 2}), Json(3)})
+    EXPECT_FT_ERROR(config::parse_run_config(bad, "x.json", {"train.lr=0.001"}), "not a JSON object");
+}
+
 TEST(RunConfig, NoLoraSectionMeansFullFineTune) {
   Json j = minimal();
   j.erase("lora");

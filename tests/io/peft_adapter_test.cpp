@@ -76,6 +76,21 @@ TEST(PeftAdapter, AllLinearIsWrittenAsTheSevenNamesAndRegexAsAString) {
   EXPECT_EQ(c.to_json()["use_rslora"], Json(true));
 }
 
+// Found by fuzz_peft_adapter_config: libstdc++'s regex compiler overflows (undefined behaviour)
+// on a huge repetition count; such patterns are refused before std::regex sees them.
+TEST(PeftAdapter, RegexWithHugeRepetitionCountsIsRefused) {
+  Json j = {{"peft_type", "LORA"}, {"r", 8}, {"lora_alpha", 16}, {"target_modules", ".*\\.(q_proj){7777777777777777777}"}};
+  EXPECT_FT_ERROR(io::parse_peft_adapter_config(j, "a/adapter_config.json"), "a repetition count");
+  j["target_modules"] = ".*(q|v)_proj{1,2000}";
+  EXPECT_FT_ERROR(io::parse_peft_adapter_config(j, "a/adapter_config.json"), "is above 1000");
+  j["target_modules"] = "(q)_proj\\77777777777777777777";
+  EXPECT_FT_ERROR(io::parse_peft_adapter_config(j, "a/adapter_config.json"), "back-reference number");
+  j["target_modules"] = std::string(2000, 'a');
+  EXPECT_FT_ERROR(io::parse_peft_adapter_config(j, "a/adapter_config.json"), "at most 1024");
+  j["target_modules"] = ".*\\{12345\\}.*(q|v)_proj{1,3}";  // escaped braces are literal
+  EXPECT_NO_THROW(io::parse_peft_adapter_config(j, "a/adapter_config.json"));
+}
+
 TEST(PeftAdapter, RoundTrip) {
   test::TempDir dir;
   PeftAdapterConfig c = config_with({"q_proj", "down_proj"});
