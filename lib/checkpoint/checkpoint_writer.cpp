@@ -67,12 +67,6 @@ void list_files(const std::string& dir, const std::string& prefix, std::vector<s
   }
 }
 
-Json pieces_json(const std::vector<parallel::ShardPiece>& pieces) {
-  Json out = Json::array();
-  for (const auto& p : pieces) out.push_back(Json::array({p.name, p.param_offset, p.length, p.shard_offset}));
-  return out;
-}
-
 }  // namespace
 
 std::string rank_shard_file(int rank) {
@@ -128,15 +122,10 @@ SaveReport save_checkpoint(const SaveRequest& request, dist::Communicator& comm,
       exp_avg_sq = exp_avg_sq.narrow(0, begin, end - begin);
     }
     io::NamedTensors tensors = {{"master", master}, {"exp_avg", exp_avg}, {"exp_avg_sq", exp_avg_sq}};
-    const std::int64_t numel = master.numel();
     for (auto& t : capture_rng(request.device)) tensors.push_back(std::move(t));
-    const std::string file = rank_shard_file(rank);
-    io::write_safetensors(join_path(tmp, file), tensors);
-    const FileEntry entry = describe_file(tmp, file);
-    const Json index = {{"rank", rank},
-                        {"file", {{"path", entry.path}, {"size", entry.size}, {"crc32", entry.crc32}}},
-                        {"numel", numel},
-                        {"pieces", pieces_json(pieces)}};
+    const RankShard shard_entry{rank, rank_shard_file(rank), master.numel(), std::move(pieces)};
+    io::write_safetensors(join_path(tmp, shard_entry.file), tensors);
+    const Json index = {{"file", describe_file(tmp, shard_entry.file).to_json()}, {"shard", shard_entry.to_json()}};
     write_file_atomic(join_path(tmp, rank_index_file(rank)), index.dump() + "\n");
   });
   fault_point("checkpoint.rank_files_written");
@@ -165,16 +154,11 @@ SaveReport save_checkpoint(const SaveRequest& request, dist::Communicator& comm,
     for (int r = 0; r < comm.world_size(); ++r) {
       const std::string index_path = join_path(tmp, rank_index_file(r));
       const Json index = parse_json(read_file(index_path), index_path);
-      // The same validation as when the manifest is read back.
-      const Manifest one = Manifest::from_json(
-          Json{{"format_version", Manifest::kFormatVersion}, {"step", m.step}, {"world_size", 1},
-               {"strategy", m.strategy}, {"config_hash", m.config_hash}, {"files", Json::array({index.at("file")})},
-               {"ranks", Json::array({Json{{"rank", 0}, {"file", index.at("file").at("path")},
-                                           {"numel", index.at("numel")}, {"pieces", index.at("pieces")}}})}},
-          index_path);
-      m.files.push_back(one.files.front());
-      m.ranks.push_back(one.ranks.front());
-      m.ranks.back().rank = r;
+      FT_CHECK(index.is_object() && index.contains("file") && index.contains("shard"), index_path,
+               ": expected {\"file\": ..., \"shard\": ...}");
+      m.files.push_back(FileEntry::from_json(index["file"], index_path, "file: "));
+      m.ranks.push_back(RankShard::from_json(index["shard"], index_path, "shard: "));
+      FT_CHECK(m.ranks.back().rank == r, index_path, ": written by rank ", m.ranks.back().rank);
     }
     std::vector<std::string> files;
     list_files(tmp, "", &files);

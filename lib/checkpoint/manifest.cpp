@@ -31,15 +31,48 @@ std::int64_t int_field(const Json& j, const char* key, const std::string& source
 
 }  // namespace
 
+Json FileEntry::to_json() const { return Json{{"path", path}, {"size", size}, {"crc32", crc32}}; }
+
+FileEntry FileEntry::from_json(const Json& j, const std::string& source, const std::string& where) {
+  FileEntry f;
+  f.path = field(j, "path", Json::value_t::string, source, where).get<std::string>();
+  FT_CHECK(!f.path.empty() && f.path.front() != '/' && f.path.find("..") == std::string::npos, source, ": ", where,
+           "path \"", f.path, "\" must stay inside the checkpoint folder");
+  f.size = static_cast<std::uint64_t>(int_field(j, "size", source, where, 0));
+  f.crc32 = field(j, "crc32", Json::value_t::string, source, where).get<std::string>();
+  return f;
+}
+
+Json RankShard::to_json() const {
+  Json pieces_json = Json::array();
+  for (const auto& p : pieces) pieces_json.push_back(Json::array({p.name, p.param_offset, p.length, p.shard_offset}));
+  return Json{{"rank", rank}, {"file", file}, {"numel", numel}, {"pieces", pieces_json}};
+}
+
+RankShard RankShard::from_json(const Json& j, const std::string& source, const std::string& where) {
+  RankShard r;
+  r.rank = static_cast<int>(int_field(j, "rank", source, where, 0));
+  r.file = field(j, "file", Json::value_t::string, source, where).get<std::string>();
+  r.numel = int_field(j, "numel", source, where, 0);
+  for (const Json& p : field(j, "pieces", Json::value_t::array, source, where)) {
+    FT_CHECK(p.is_array() && p.size() == 4 && p[0].is_string() && p[1].is_number_integer() &&
+                 p[2].is_number_integer() && p[3].is_number_integer(),
+             source, ": ", where, "a piece must be [name, param_offset, length, shard_offset]");
+    parallel::ShardPiece piece{p[0].get<std::string>(), p[1].get<std::int64_t>(), p[2].get<std::int64_t>(),
+                               p[3].get<std::int64_t>()};
+    FT_CHECK(piece.param_offset >= 0 && piece.length > 0 && piece.shard_offset >= 0 &&
+                 piece.shard_offset + piece.length <= r.numel,
+             source, ": ", where, "piece of ", piece.name, " lies outside the shard of ", r.numel, " elements");
+    r.pieces.push_back(std::move(piece));
+  }
+  return r;
+}
+
 Json Manifest::to_json() const {
   Json files_json = Json::array();
-  for (const FileEntry& f : files) files_json.push_back({{"path", f.path}, {"size", f.size}, {"crc32", f.crc32}});
+  for (const FileEntry& f : files) files_json.push_back(f.to_json());
   Json ranks_json = Json::array();
-  for (const RankShard& r : ranks) {
-    Json pieces = Json::array();
-    for (const auto& p : r.pieces) pieces.push_back(Json::array({p.name, p.param_offset, p.length, p.shard_offset}));
-    ranks_json.push_back({{"rank", r.rank}, {"file", r.file}, {"numel", r.numel}, {"pieces", pieces}});
-  }
+  for (const RankShard& r : ranks) ranks_json.push_back(r.to_json());
   return Json{{"format_version", format_version}, {"step", step},   {"world_size", world_size},
               {"strategy", strategy},             {"config_hash", config_hash},
               {"files", files_json},              {"ranks", ranks_json}};
@@ -56,39 +89,15 @@ Manifest Manifest::from_json(const Json& j, const std::string& source) {
   m.strategy = field(j, "strategy", Json::value_t::string, source, "").get<std::string>();
   m.config_hash = field(j, "config_hash", Json::value_t::string, source, "").get<std::string>();
   const Json& files = field(j, "files", Json::value_t::array, source, "");
-  for (std::size_t i = 0; i < files.size(); ++i) {
-    const std::string where = str("files[", i, "]: ");
-    FileEntry f;
-    f.path = field(files[i], "path", Json::value_t::string, source, where).get<std::string>();
-    FT_CHECK(!f.path.empty() && f.path.front() != '/' && f.path.find("..") == std::string::npos, source, ": ", where,
-             "path \"", f.path, "\" must stay inside the checkpoint folder");
-    f.size = static_cast<std::uint64_t>(int_field(files[i], "size", source, where, 0));
-    f.crc32 = field(files[i], "crc32", Json::value_t::string, source, where).get<std::string>();
-    m.files.push_back(std::move(f));
-  }
+  for (std::size_t i = 0; i < files.size(); ++i) m.files.push_back(FileEntry::from_json(files[i], source, str("files[", i, "]: ")));
   const Json& ranks = field(j, "ranks", Json::value_t::array, source, "");
   FT_CHECK(static_cast<int>(ranks.size()) == m.world_size, source, ": \"ranks\" has ", ranks.size(),
            " entries for world_size ", m.world_size);
   for (std::size_t i = 0; i < ranks.size(); ++i) {
     const std::string where = str("ranks[", i, "]: ");
-    RankShard r;
-    r.rank = static_cast<int>(int_field(ranks[i], "rank", source, where, 0));
+    RankShard r = RankShard::from_json(ranks[i], source, where);
     FT_CHECK(r.rank == static_cast<int>(i), source, ": ", where, "rank ", r.rank, ", expected ", i);
-    r.file = field(ranks[i], "file", Json::value_t::string, source, where).get<std::string>();
     FT_CHECK(m.find(r.file) != nullptr, source, ": ", where, "file \"", r.file, "\" is not in \"files\"");
-    r.numel = int_field(ranks[i], "numel", source, where, 0);
-    const Json& pieces = field(ranks[i], "pieces", Json::value_t::array, source, where);
-    for (const Json& p : pieces) {
-      FT_CHECK(p.is_array() && p.size() == 4 && p[0].is_string() && p[1].is_number_integer() &&
-                   p[2].is_number_integer() && p[3].is_number_integer(),
-               source, ": ", where, "a piece must be [name, param_offset, length, shard_offset]");
-      parallel::ShardPiece piece{p[0].get<std::string>(), p[1].get<std::int64_t>(), p[2].get<std::int64_t>(),
-                                 p[3].get<std::int64_t>()};
-      FT_CHECK(piece.param_offset >= 0 && piece.length > 0 && piece.shard_offset >= 0 &&
-                   piece.shard_offset + piece.length <= r.numel,
-               source, ": ", where, "piece of ", piece.name, " lies outside the shard of ", r.numel, " elements");
-      r.pieces.push_back(std::move(piece));
-    }
     m.ranks.push_back(std::move(r));
   }
   return m;

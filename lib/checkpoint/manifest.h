@@ -17,6 +17,11 @@ struct FileEntry {
   std::string path;  // relative to the checkpoint folder
   std::uint64_t size = 0;
   std::string crc32;  // 8 hex digits
+
+  Json to_json() const;
+  // Errors name `source`, `where` (e.g. "files[3]: ") and the key; the path must stay inside
+  // the checkpoint folder.
+  static FileEntry from_json(const Json& json, const std::string& source, const std::string& where);
 };
 
 // One rank's shard file: "master", "exp_avg" and "exp_avg_sq" (fp32, [numel]) laid out as the
@@ -26,6 +31,9 @@ struct RankShard {
   std::string file;
   std::int64_t numel = 0;
   std::vector<parallel::ShardPiece> pieces;
+
+  Json to_json() const;  // pieces as [name, param_offset, length, shard_offset]
+  static RankShard from_json(const Json& json, const std::string& source, const std::string& where);
 };
 
 struct Manifest {

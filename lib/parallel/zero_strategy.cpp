@@ -100,16 +100,15 @@ void ZeroStrategy::step(double lr, double clip_coef) {
   torch::NoGradGuard no_grad;
   const at::Tensor grad = shard_->fp32_gradient(gradient_shard());
   shard_->step(grad, lr, clip_coef);
-  gather_parameters_from_master();
+  reload_parameters_from_master();
   zero_gradients();
   times_.optimizer += watch.seconds();
 }
 
-void ZeroStrategy::reload_parameters_from_master() { gather_parameters_from_master(); }
-
 std::vector<ShardPiece> ZeroStrategy::shard_pieces() const { return layout_->shard_pieces(slot_names_, slot_numels_); }
 
-void ZeroStrategy::gather_parameters_from_master() {
+// The master shard in the compute dtype, all-gathered bucket by bucket into the flat parameters.
+void ZeroStrategy::reload_parameters_from_master() {
   torch::NoGradGuard no_grad;
   // The updated shard in the compute dtype on the parameters' device (a copy back from the host
   // when offloaded), gathered bucket by bucket straight into the flat parameters.

@@ -45,8 +45,6 @@ class ZeroStrategy : public ParallelStrategy {
   // This rank's gradient shard, as views (ZeRO-1: chunks of the flat gradient; ZeRO-2: the shard).
   std::vector<at::Tensor> gradient_shard();
   void zero_gradients();
-  // The master shard in the compute dtype, all-gathered bucket by bucket into the flat parameters.
-  void gather_parameters_from_master();
 
   int stage_;
   dist::Communicator& comm_;

@@ -54,15 +54,21 @@ void check_supported(const config::RunConfig& c) {
            "\" is not implemented in this build yet (use \"none\")");
 }
 
-// The checkpoint to continue from, opened and checked against this run's config; null for a
-// fresh start. Every rank reads the same files and so reaches the same verdict.
-std::unique_ptr<checkpoint::CheckpointReader> open_resume_checkpoint(const config::RunConfig& c,
-                                                                     const ResumeOptions& resume) {
+// The checkpoint to continue from, opened and checked against this run's config (reader null
+// for a fresh start). Every rank reads the same files and so reaches the same verdict.
+struct ResumePoint {
+  std::unique_ptr<checkpoint::CheckpointReader> reader;
+  bool config_changed = false;  // resumed with --resume-force despite math-changing differences
+};
+
+ResumePoint open_resume_checkpoint(const config::RunConfig& c, const ResumeOptions& resume) {
+  ResumePoint point;
   const std::optional<std::string> dir = checkpoint::checkpoint_to_resume(c, resume.path);
-  if (!dir) return nullptr;
-  auto reader = std::make_unique<checkpoint::CheckpointReader>(*dir);
-  const std::vector<std::string> diffs = checkpoint::math_differences(reader->config(), c.resolved);
-  if (!diffs.empty()) {
+  if (!dir) return point;
+  point.reader = std::make_unique<checkpoint::CheckpointReader>(*dir);
+  const std::vector<std::string> diffs = checkpoint::math_differences(point.reader->config(), c.resolved);
+  point.config_changed = !diffs.empty();
+  if (point.config_changed) {
     std::string list;
     for (const auto& d : diffs) list += "\n  " + d;
     FT_CHECK(resume.force, *dir, " was saved with a config that differs in what changes the training:", list,
@@ -70,7 +76,7 @@ std::unique_ptr<checkpoint::CheckpointReader> open_resume_checkpoint(const confi
              "\"none\" (or another run_dir) to start afresh");
     log::warn("resuming despite config changes (--resume-force):", list);
   }
-  return reader;
+  return point;
 }
 
 }  // namespace
@@ -79,7 +85,8 @@ TrainSummary run_training(const config::RunConfig& c, dist::Communicator& comm, 
                           const ResumeOptions& resume) {
   check_supported(c);
   const bool root = comm.is_root();
-  const std::unique_ptr<checkpoint::CheckpointReader> ckpt = open_resume_checkpoint(c, resume);
+  const ResumePoint resume_point = open_resume_checkpoint(c, resume);
+  const checkpoint::CheckpointReader* ckpt = resume_point.reader.get();
   const std::int64_t start_step = ckpt ? ckpt->state().step : 0;
   configure_cpu_threads(threads_per_rank(c));
   // Dropout masks come from LibTorch's default generator: seeded from train.seed so a run repeats
@@ -133,8 +140,7 @@ TrainSummary run_training(const config::RunConfig& c, dist::Communicator& comm, 
   data::TrainDataLoader loader(train_file, lo, comm.rank(), static_cast<int>(world),
                               ckpt ? ckpt->state().sampler : data::SamplerState{});
   std::int64_t total_steps = c.train.max_steps > 0 ? c.train.max_steps : c.train.epochs * loader.steps_per_epoch();
-  if (ckpt && ckpt->state().total_steps != total_steps &&
-      checkpoint::math_differences(ckpt->config(), c.resolved).empty()) {
+  if (ckpt && ckpt->state().total_steps != total_steps && !resume_point.config_changed) {
     // Same config, another world size: an epoch may hold a step more or less (the sampler pads
     // to a multiple of the ranks). The schedule keeps the length it was computed for.
     log::info("keeping the checkpoint's ", ckpt->state().total_steps, " total steps (", total_steps,
@@ -178,8 +184,7 @@ TrainSummary run_training(const config::RunConfig& c, dist::Communicator& comm, 
   Progress progress(total_steps, root);
   // Where the sampler stands after the last step trained (the prefetcher may have read ahead).
   data::SamplerState position = ckpt ? ckpt->state().sampler : data::SamplerState{};
-  std::int64_t last_lr_step = start_step;
-  double last_lr = ckpt ? ckpt->state().lr : 0.0;
+  double last_lr = ckpt ? ckpt->state().lr : 0.0;  // the learning rate of the last step trained
   auto save = [&](std::int64_t steps_done) -> double {
     checkpoint::SaveRequest request;
     request.run_dir = c.run_dir;
@@ -197,7 +202,7 @@ TrainSummary run_training(const config::RunConfig& c, dist::Communicator& comm, 
     state.spike_steps = spike_steps;
     if (c.train.skip_spikes) state.spike_guard = spike_guard.state_json();
     state.first_eval_loss = summary.first_eval_loss;
-    state.lr = last_lr_step == steps_done ? last_lr : 0.0;
+    state.lr = last_lr;
     request.write_weights = [&](const std::string& dir) {
       write_trained_weights(c, tm, *strategy, comm, tokenizer, join_path(dir, tm.lora ? "adapter" : "model"));
     };
@@ -328,7 +333,6 @@ TrainSummary run_training(const config::RunConfig& c, dist::Communicator& comm, 
     }
     if (c.log.eval_every_steps > 0 && (step + 1) % c.log.eval_every_steps == 0 && step + 1 < total_steps)
       run_eval(step + 1);
-    last_lr_step = step + 1;
     last_lr = lr;
     const bool periodic = c.checkpoint.every_steps > 0 && (step + 1) % c.checkpoint.every_steps == 0;
     if (periodic || step + 1 == total_steps || stop) {
