@@ -5,6 +5,7 @@
 #include <torch/torch.h>
 
 #include <cmath>
+#include <limits>
 #include <map>
 #include <regex>
 #include <set>
@@ -197,8 +198,9 @@ LoraOptions load_adapter(LlamaForCausalLM& model, const std::string& dir) {
     if (it == by_name.end()) {
       std::smatch m;
       if (std::regex_match(name, m, layer_pattern)) {
-        const long long index = std::stoll(m[1].str());
-        FT_CHECK(index < layers, file, ": tensor '", name, "' is for layer ", index, " but the model has ", layers,
+        // More digits than any layer count has would overflow stoll: such a layer is out of range too.
+        const long long index = m[1].length() > 9 ? std::numeric_limits<long long>::max() : std::stoll(m[1].str());
+        FT_CHECK(index < layers, file, ": tensor '", name, "' is for layer ", m[1].str(), " but the model has ", layers,
                  " layers (0..", layers - 1, ")", kHint);
       }
       FT_CHECK(false, file, ": tensor '", name, "' is for module '", module,

@@ -7,6 +7,7 @@
 #include <set>
 
 #include "util/error.h"
+#include "util/file_util.h"
 #include "util/log.h"
 
 namespace ft::model {
@@ -22,6 +23,49 @@ std::string shape_string(at::IntArrayRef shape) {
 bool is_ignorable(const std::string& name, bool tied) {
   if (name.find("rotary_emb.inv_freq") != std::string::npos) return true;
   return tied && name == "lm_head.weight";  // written by some converters, equal to the embedding
+}
+
+// config.json decides every allocation the model makes, and nothing bounds it but the weights:
+// before allocating, each dimension it gives is checked against the shape of a tensor the
+// safetensors files actually hold (their sizes are checked against the files' lengths). A config
+// that does not belong to the weights, or a hostile one, gets an error naming both, not an
+// attempt to allocate terabytes.
+void check_config_against_weights(const io::LlamaConfig& c, const io::WeightSource& weights) {
+  const std::string config_file = join_path(weights.path(), "config.json");
+  auto shape_of = [&](const std::string& name) -> const std::vector<std::int64_t>& {
+    FT_CHECK(weights.contains(name), weights.path(), ": missing tensor '", name, "' (config.json describes ",
+             c.num_hidden_layers, " layers; hint: is this the model the config belongs to?)");
+    const std::vector<std::int64_t>& shape = weights.info(name).shape;
+    FT_CHECK(shape.size() == 2, weights.file_of(name), ": tensor '", name, "' has shape ", shape_string(shape),
+             "; expected a matrix");
+    return shape;
+  };
+  auto expect = [&](const std::string& tensor, std::int64_t dim, std::int64_t found, const std::string& keys,
+                    std::int64_t implied) {
+    FT_CHECK(found == implied, config_file, ": ", keys, " = ", implied, " but ", weights.file_of(tensor), " has '",
+             tensor, "' of shape ", shape_string(shape_of(tensor)), " (dimension ", dim,
+             "); is this the config of these weights?");
+  };
+  const std::string embed = "model.embed_tokens.weight";
+  expect(embed, 0, shape_of(embed)[0], "vocab_size", c.vocab_size);
+  expect(embed, 1, shape_of(embed)[1], "hidden_size", c.hidden_size);
+  // The last layer must exist and the one after it must not (layers count from 0).
+  const std::string prefix = "model.layers." + std::to_string(c.num_hidden_layers - 1) + ".";
+  const std::string q = prefix + "self_attn.q_proj.weight", k = prefix + "self_attn.k_proj.weight";
+  const std::string gate = prefix + "mlp.gate_proj.weight";
+  shape_of(q);
+  FT_CHECK(!weights.contains("model.layers." + std::to_string(c.num_hidden_layers) + ".self_attn.q_proj.weight"),
+           config_file, ": num_hidden_layers = ", c.num_hidden_layers, " but ", weights.path(),
+           " has more layers; is this the config of these weights?");
+  // Products in checked arithmetic: each factor is compared on its own first.
+  auto product = [](std::int64_t a, std::int64_t b) {
+    std::int64_t out = 0;
+    return __builtin_mul_overflow(a, b, &out) ? std::int64_t{-1} : out;
+  };
+  expect(q, 0, shape_of(q)[0], "num_attention_heads * head_dim", product(c.num_attention_heads, c.head_dim));
+  expect(q, 1, shape_of(q)[1], "hidden_size", c.hidden_size);
+  expect(k, 0, shape_of(k)[0], "num_key_value_heads * head_dim", product(c.num_key_value_heads, c.head_dim));
+  expect(gate, 0, shape_of(gate)[0], "intermediate_size", c.intermediate_size);
 }
 
 }  // namespace
@@ -86,6 +130,7 @@ LlamaForCausalLM load_llama(const std::string& model_dir, const LoadOptions& opt
     auto stored = weights.info("model.embed_tokens.weight").dtype->scalar;
     if (stored && at::isFloatingType(*stored)) dtype = *stored;
   }
+  check_config_against_weights(config, weights);
   LlamaForCausalLM model(config, torch::TensorOptions().dtype(dtype).device(options.device));
   load_weights(model, weights);
   model->eval();

@@ -30,6 +30,7 @@
 #include "util/error.h"
 #include "util/fault_point.h"
 #include "util/file_util.h"
+#include "util/json.h"
 #include "util/log.h"
 #include "util/timer.h"
 
@@ -52,6 +53,24 @@ Json eval_record(std::int64_t step, const EvalResult& r) {
 void check_supported(const config::RunConfig& c) {
   FT_CHECK(c.model.quantize == "none", "model.quantize \"", c.model.quantize,
            "\" is not implemented in this build yet (use \"none\")");
+}
+
+// run_dir is ours to write into: a new folder, or one an earlier run wrote. One that points at
+// something else (a model folder, a home directory) would have its config.json, adapter/ and
+// model/ overwritten, so it is refused before anything is written.
+void check_run_folder(const config::RunConfig& c) {
+  FT_CHECK(!file_exists(c.run_dir) || is_directory(c.run_dir), "run_dir ", c.run_dir, " exists and is not a folder");
+  const std::string previous = join_path(c.run_dir, "config.json");
+  if (!file_exists(previous)) return;
+  bool written_by_a_run = false;
+  try {
+    const Json json = parse_json_file(previous);
+    written_by_a_run = json.is_object() && json.contains("run_dir") && json.contains("train");
+  } catch (const Error&) {
+  }
+  FT_CHECK(written_by_a_run, "run_dir ", c.run_dir, " is not a run folder: its config.json is not a run config ",
+           "written by ft_train (a model's config.json?), and a run would overwrite it. Choose a new folder, or ",
+           "one an earlier run wrote");
 }
 
 // The checkpoint to continue from, opened and checked against this run's config (reader null
@@ -93,6 +112,7 @@ TrainSummary run_training(const config::RunConfig& c, dist::Communicator& comm, 
   // exactly, and per rank so ranks do not drop the same positions of different samples.
   at::manual_seed(c.train.seed + static_cast<std::uint64_t>(comm.rank()));
   if (root) {
+    check_run_folder(c);
     make_directories(c.run_dir);
     for (const std::string& dir : checkpoint::remove_unfinished(c.run_dir))
       log::info("removed ", dir, " (a checkpoint save that did not finish)");

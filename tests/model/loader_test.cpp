@@ -79,9 +79,30 @@ TEST(Loader, MissingTensorIsAnError) {
 TEST(Loader, ShapeThatConfigDoesNotImplyIsAnError) {
   test::TempDir dir;
   auto path = edited_copy(dir, [](io::NamedTensors&, Json& c) { c["intermediate_size"] = 128; });
-  EXPECT_FT_ERROR(load_llama(path), "model.safetensors: tensor 'model.layers.0.mlp.gate_proj.weight' has shape [172, 64] but config.json implies [128, 64]");
+  EXPECT_FT_ERROR(load_llama(path), "config.json: intermediate_size = 128 but " + path +
+                                        "/model.safetensors has 'model.layers.4.mlp.gate_proj.weight' of shape [172, 64]");
   auto path2 = edited_copy(dir, [](io::NamedTensors&, Json& c) { c["num_hidden_layers"] = 6; });
   EXPECT_FT_ERROR(load_llama(path2), "missing tensor 'model.layers.5.");
+}
+
+// config.json sizes every allocation: a hostile or mismatched one is refused by comparing its
+// dimensions with the tensors the files hold, before anything is allocated (these would ask for
+// terabytes, or overflow).
+TEST(Loader, HugeConfigDimensionsAreRefusedBeforeAllocating) {
+  test::TempDir dir;
+  const std::int64_t huge = std::int64_t{1} << 40;
+  EXPECT_FT_ERROR(load_llama(edited_copy(dir, [&](io::NamedTensors&, Json& c) { c["intermediate_size"] = huge; })),
+                  "intermediate_size = 1099511627776 but");
+  EXPECT_FT_ERROR(load_llama(edited_copy(dir, [&](io::NamedTensors&, Json& c) { c["vocab_size"] = huge; })),
+                  "vocab_size = 1099511627776 but");
+  EXPECT_FT_ERROR(load_llama(edited_copy(dir, [&](io::NamedTensors&, Json& c) { c["head_dim"] = huge; })),
+                  "num_attention_heads * head_dim = ");
+  EXPECT_FT_ERROR(load_llama(edited_copy(dir, [&](io::NamedTensors&, Json& c) {
+                    c["head_dim"] = std::int64_t{1} << 62;  // times 8 heads overflows int64
+                  })),
+                  "num_attention_heads * head_dim = -1 but");
+  EXPECT_FT_ERROR(load_llama(edited_copy(dir, [&](io::NamedTensors&, Json& c) { c["num_hidden_layers"] = 3; })),
+                  "num_hidden_layers = 3 but");
 }
 
 TEST(Loader, IntegerWeightIsAnError) {

@@ -405,6 +405,11 @@ TEST(LoraAdapter, TensorsThatDoNotFitAreErrorsNamingTheTensor) {
        [](io::NamedTensors& t, Json&) { t.emplace_back("model.layers.7.self_attn.q_proj.lora_A.weight", torch::zeros({4, 64})); },
        "adapter_model.safetensors: tensor 'model.layers.7.self_attn.q_proj.lora_A.weight' is for layer 7 but the model "
        "has 5 layers (0..4) (hint: is this adapter for another base model?)"},
+      {"layer_number_overflows",
+       [](io::NamedTensors& t, Json&) {
+         t.emplace_back("model.layers.99999999999999999999.self_attn.q_proj.lora_A.weight", torch::zeros({4, 64}));
+       },
+       "is for layer 99999999999999999999 but the model has 5 layers"},
       {"shape_a",
        [](io::NamedTensors& t, Json&) { t[0].second = torch::zeros({4, 32}); },
        "adapter_model.safetensors: tensor 'model.layers.0.self_attn.q_proj.lora_A.weight' has shape [4, 32] but expected "

@@ -3,6 +3,7 @@
 // per-step token normalization, non-finite steps stop or are skipped, and the outputs exist.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <fstream>
 
 #include "config/run_config.h"
@@ -160,6 +161,22 @@ TEST(Trainer, FeaturesNotYetBuiltAreRefused) {
   test::TempDir dir;
   EXPECT_FT_ERROR(train(tiny(dir.path()), {"model.quantize=int8"}),
                   "model.quantize \"int8\" is not implemented in this build yet");
+}
+
+// A run_dir that is not a run folder (here: the model's own folder) is refused before anything
+// in it is overwritten.
+TEST(Trainer, RunDirThatIsNotARunFolderIsRefused) {
+  test::TempDir dir;
+  const std::string model_copy = dir.file("model");
+  std::filesystem::copy(test::data_path("stories260K"), model_copy);
+  const std::string before = read_file(model_copy + "/config.json");
+  Json config = tiny(model_copy);
+  config["model"]["path"] = model_copy;
+  EXPECT_FT_ERROR(train(config), "run_dir " + model_copy + " is not a run folder: its config.json is not a run config");
+  EXPECT_EQ(read_file(model_copy + "/config.json"), before);
+  EXPECT_FALSE(file_exists(model_copy + "/metrics.jsonl"));
+  write_file_atomic(dir.file("a_file"), "x");
+  EXPECT_FT_ERROR(train(tiny(dir.file("a_file"))), "exists and is not a folder");
 }
 
 TEST(Trainer, ActivationCheckpointingGivesTheSameLosses) {
