@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets with clang (ASan + UBSan) in build-fuzz/ and runs each for a
 # bounded time on its committed seed corpus (fuzz/corpus/<target>/). New inputs go to a scratch
-# corpus under build-fuzz/, crashes to build-fuzz/crashes/: a crash becomes a regression test.
+# corpus under build-fuzz/, crashes to build-fuzz/crashes/: a crash becomes a regression test
+# (and its input goes into the seed corpus). Exits non-zero when any target found a crash, a
+# leak, a timeout or ran out of memory.
 #   scripts/fuzz.sh                       # every target, 30 s each
 #   scripts/fuzz.sh safetensors_header 300
+#   scripts/fuzz.sh all 20                # what CI runs (.ci/run)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 targets=${1:-all}
@@ -13,12 +16,28 @@ CC=clang-14 CXX=clang++-14 cmake -S . -B build-fuzz -G Ninja -DFT_BUILD_FUZZERS=
 if [ "$targets" = all ]; then
   targets=$(ls fuzz/*_fuzz.cpp | sed 's#fuzz/##; s#_fuzz.cpp##')
 fi
+fuzzers=()
+for t in $targets; do fuzzers+=("fuzz_$t"); done
+ninja -C build-fuzz "${fuzzers[@]}"
 mkdir -p build-fuzz/crashes
+failed=()
 for t in $targets; do
-  ninja -C build-fuzz "fuzz_$t"
   mkdir -p "build-fuzz/corpus/$t"
   echo "== fuzz_$t for ${seconds}s"
-  ./build-fuzz/fuzz/"fuzz_$t" -max_total_time="$seconds" -max_len=65536 -print_final_stats=1 \
-    -artifact_prefix=build-fuzz/crashes/"$t"- "build-fuzz/corpus/$t" "fuzz/corpus/$t" 2>&1 |
-    grep -E "stat::number_of_executed_units|stat::new_units_added|ERROR|SUMMARY|Done" || true
+  log="build-fuzz/fuzz_$t.log"
+  # -rss_limit_mb: every parser must refuse huge sizes before allocating, so 2 GB is plenty.
+  if ./build-fuzz/fuzz/"fuzz_$t" -max_total_time="$seconds" -max_len=65536 -rss_limit_mb=2048 -timeout=10 \
+       -print_final_stats=1 -artifact_prefix=build-fuzz/crashes/"$t"- \
+       "build-fuzz/corpus/$t" "fuzz/corpus/$t" >"$log" 2>&1; then
+    grep -E "stat::number_of_executed_units|stat::new_units_added" "$log" || true
+  else
+    failed+=("$t")
+    grep -E -A30 "ERROR|SUMMARY|==[0-9]+==" "$log" | head -60 || tail -40 "$log"
+    echo "fuzz_$t FAILED (log: $log; input: build-fuzz/crashes/$t-*)"
+  fi
 done
+if [ ${#failed[@]} -ne 0 ]; then
+  echo "fuzz: crashes in ${failed[*]}"
+  exit 1
+fi
+echo "fuzz: all targets clean"
