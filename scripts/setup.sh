@@ -16,6 +16,7 @@ packages=(
   python3-sentencepiece   # reference tokenization (ft reads tokenizer.model itself, see lib/data/tokenizer.h)
   python3-numpy
   python3-matplotlib      # scripts/plot_metrics.py
+  clang-14 libclang-rt-14-dev  # libFuzzer for scripts/fuzz.sh (CI fuzzes every parser)
 )
 
 missing=()

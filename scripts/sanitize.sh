@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Builds with sanitizers, each in its own folder, and runs the suites under them. LibTorch is not
+# instrumented; our code, the tests and every rank process they start are.
+#   scripts/sanitize.sh address   # ASan + UBSan in build-asan/: the unit and multi-rank suites
+#   scripts/sanitize.sh thread    # TSan in build-tsan/: the data prefetcher and the communicator
+#                                 # watchdog (peer monitor) with real rank processes
+#   scripts/sanitize.sh address -R test_faults   # extra arguments go to ctest (address only)
+# ASan and TSan reports from any process (also a rank that was meant to fail) are written under
+# build-*/sanitizer-reports/; the run fails when there is one, and prints it. UBSan reports go to
+# stderr (gcc's UBSan ignores log_path beside ASan), where the tests look for them: a ctest
+# FAIL_REGULAR_EXPRESSION, and test_support's run_command for the output of rank processes.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+kind=${1:?usage: scripts/sanitize.sh address|thread [ctest arguments]}
+shift
+case "$kind" in
+  address) dir=build-asan ;;
+  thread) dir=build-tsan ;;
+  *) echo "sanitize.sh: expected address or thread, got '$kind'" >&2; exit 2 ;;
+esac
+
+if [ ! -f "$dir/build.ninja" ]; then
+  cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFT_SANITIZE="$kind" >/dev/null
+fi
+reports="$PWD/$dir/sanitizer-reports"
+rm -rf "$reports"
+mkdir -p "$reports"
+supp="$PWD/tests/sanitizers"
+status=0
+if [ "$kind" = address ]; then
+  ninja -C "$dir"
+  # LibTorch registers operators and kernels into process-lifetime tables it never frees:
+  # leak reports for allocations made inside it are suppressed (tests/sanitizers/lsan.supp).
+  export ASAN_OPTIONS="log_path=$reports/asan:detect_stack_use_after_return=0:check_initialization_order=1:strict_init_order=1"
+  export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
+  export LSAN_OPTIONS="suppressions=$supp/lsan.supp:print_suppressions=0"
+  (cd "$dir" && ctest --output-on-failure --timeout 1800 -j "$(nproc)" -L "unit|multirank" "$@") || status=$?
+else
+  ninja -C "$dir" test_data test_multirank dist_worker ft_launch
+  export TSAN_OPTIONS="log_path=$reports/tsan:halt_on_error=1:second_deadlock_stack=1:suppressions=$supp/tsan.supp"
+  # One thread per rank and no OpenMP pool: what races is ours, not LibTorch's uninstrumented pool.
+  export OMP_NUM_THREADS=1
+  "$dir/tests/test_data" --gtest_filter='PrefetcherTest.*' || status=$?
+  "$dir/tests/test_multirank" --gtest_filter='*Collectives.*:Faults.*' || status=$?
+fi
+
+shopt -s nullglob
+found=("$reports"/*)
+if [ ${#found[@]} -ne 0 ]; then
+  for f in "${found[@]}"; do echo "=== $f"; head -80 "$f"; done
+  echo "sanitize.sh ($kind): ${#found[@]} sanitizer report(s), listed above"
+  exit 1
+fi
+if [ "$status" -ne 0 ]; then
+  echo "sanitize.sh ($kind): tests failed"
+  exit "$status"
+fi
+echo "sanitize.sh ($kind): clean"
