@@ -25,6 +25,14 @@ bool is_ignorable(const std::string& name, bool tied) {
   return tied && name == "lm_head.weight";  // written by some converters, equal to the embedding
 }
 
+// The stored tensor `name`, which the model described by config.json needs.
+const io::TensorInfo& required_tensor(const io::WeightSource& weights, const std::string& name,
+                                      std::int64_t num_hidden_layers) {
+  FT_CHECK(weights.contains(name), weights.path(), ": missing tensor '", name, "' (config.json describes ",
+           num_hidden_layers, " layers; hint: is this the model the config belongs to?)");
+  return weights.info(name);
+}
+
 // config.json decides every allocation the model makes, and nothing bounds it but the weights:
 // before allocating, each dimension it gives is checked against the shape of a tensor the
 // safetensors files actually hold (their sizes are checked against the files' lengths). A config
@@ -33,9 +41,7 @@ bool is_ignorable(const std::string& name, bool tied) {
 void check_config_against_weights(const io::LlamaConfig& c, const io::WeightSource& weights) {
   const std::string config_file = join_path(weights.path(), "config.json");
   auto shape_of = [&](const std::string& name) -> const std::vector<std::int64_t>& {
-    FT_CHECK(weights.contains(name), weights.path(), ": missing tensor '", name, "' (config.json describes ",
-             c.num_hidden_layers, " layers; hint: is this the model the config belongs to?)");
-    const std::vector<std::int64_t>& shape = weights.info(name).shape;
+    const std::vector<std::int64_t>& shape = required_tensor(weights, name, c.num_hidden_layers).shape;
     FT_CHECK(shape.size() == 2, weights.file_of(name), ": tensor '", name, "' has shape ", shape_string(shape),
              "; expected a matrix");
     return shape;
@@ -99,10 +105,7 @@ void load_weights(LlamaForCausalLM& model, const io::WeightSource& weights) {
   std::set<std::string> used;
   for (auto& p : model->named_parameters()) {
     const std::string& name = p.key();
-    FT_CHECK(weights.contains(name), weights.path(), ": missing tensor '", name,
-             "' (config.json describes ", model->config().num_hidden_layers,
-             " layers; hint: is this the model the config belongs to?)");
-    const io::TensorInfo& info = weights.info(name);
+    const io::TensorInfo& info = required_tensor(weights, name, model->config().num_hidden_layers);
     FT_CHECK(at::IntArrayRef(info.shape) == p.value().sizes(), weights.file_of(name),
              ": tensor '", name, "' has shape ", shape_string(info.shape), " but config.json implies ",
              shape_string(p.value().sizes()));
