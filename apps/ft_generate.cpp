@@ -1,6 +1,7 @@
 // ft_generate: continue a prompt with a LLaMA model from a Hugging Face folder.
 //   ft_generate --model tests/data/stories260K --prompt "Once upon a time" --temperature 0
 //   ft_generate --model BASE --adapter RUN_DIR/adapter --prompt "..."   (base + PEFT LoRA adapter)
+//   ft_generate --model BASE --quantize nf4 --prompt "..."   (the base as model.quantize stores it)
 // Prints the prompt followed by the generated text on stdout (streamed as tokens arrive);
 // speed goes to stderr.
 #include <cxxopts.hpp>
@@ -54,6 +55,8 @@ int run(int argc, char** argv) {
       ("top-p", "nucleus sampling mass; 1 = off", cxxopts::value<double>()->default_value("1.0"))
       ("seed", "random seed for sampling", cxxopts::value<std::uint64_t>()->default_value("0"))
       ("dtype", "compute dtype fp32|bf16|fp16 (default: the model's)", cxxopts::value<std::string>())
+      ("quantize", "store the projections quantized as model.quantize does in training: none | int8 | nf4",
+       cxxopts::value<std::string>()->default_value("none"))
       ("threads", "CPU threads for matrix products (default: every core)", cxxopts::value<int>())
       ("h,help", "show this help");
   auto args = options.parse(argc, argv);
@@ -78,7 +81,10 @@ int run(int argc, char** argv) {
       load.dtype = torch::kFloat;
     }
   }
-  auto model = ft::model::load_llama(model_dir, load);
+  load.quantize = ft::model::parse_quantization(args["quantize"].as<std::string>(), "--quantize");
+  ft::model::QuantizationReport report;
+  auto model = ft::model::load_llama(model_dir, load, &report);
+  if (load.quantize != ft::model::Quantization::kNone) ft::log::info("base quantized to ", report.summary());
   if (args.count("adapter")) {
     auto lora = ft::model::load_adapter(model, args["adapter"].as<std::string>());
     model->eval();

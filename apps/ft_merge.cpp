@@ -1,6 +1,8 @@
 // ft_merge: fold a PEFT LoRA adapter into its base model and write a complete HF folder.
 //   ft_merge --base tests/data/stories260K --adapter RUN_DIR/adapter --out merged/ [--force]
 // The base is loaded in its stored dtype, each W + scale·B·A computed in fp32 and cast back.
+// With --quantize int8|nf4 (the adapter was trained on a quantized base), the base is quantized
+// as in training and the adapter merged into the dequantized weights, written in bf16.
 // Written into OUT.tmp and renamed into place, so a crash never leaves a complete-looking OUT.
 #include <cxxopts.hpp>
 
@@ -48,6 +50,9 @@ int run(int argc, char** argv) {
       ("adapter", "PEFT adapter folder (adapter_config.json, adapter_model.safetensors)", cxxopts::value<std::string>())
       ("out", "output folder for the merged model", cxxopts::value<std::string>())
       ("force", "replace OUT when it exists and is not empty")
+      ("quantize", "the base was quantized in training (model.quantize): int8 | nf4 merges into its dequantized "
+                   "weights and writes bf16; none (default) merges into the stored weights",
+       cxxopts::value<std::string>()->default_value("none"))
       ("threads", "CPU threads (default: LibTorch's choice)", cxxopts::value<int>())
       ("h,help", "show this help");
   auto args = options.parse(argc, argv);
@@ -68,11 +73,19 @@ int run(int argc, char** argv) {
   FT_CHECK(force || !non_empty_directory(out), out, ": exists and is not empty (use --force to replace it)");
   FT_CHECK(fs::weakly_canonical(out) != fs::weakly_canonical(base), out, ": is the base model folder; choose another --out");
 
-  auto model = ft::model::load_llama(base);  // the stored dtype
+  ft::model::LoadOptions load;  // default: the stored dtype
+  load.quantize = ft::model::parse_quantization(args["quantize"].as<std::string>(), "--quantize");
+  if (load.quantize != ft::model::Quantization::kNone) load.dtype = torch::kBFloat16;
+  auto model = ft::model::load_llama(base, load);
   const c10::ScalarType dtype = model->output_weight().scalar_type();
   auto lora = ft::model::load_adapter(model, adapter);
   const std::size_t modules = ft::model::lora_parameters(model).size() / 2;
   ft::model::merge_lora(model);
+  ft::model::dequantize_projections(model);  // the projections without LoRA too
+  if (load.quantize != ft::model::Quantization::kNone)
+    ft::log::info("the base was quantized to ", ft::model::quantization_name(load.quantize),
+                  " as in training: the adapter is merged into its dequantized weights, written in bf16 "
+                  "(the merged model carries the quantization error of the base it was trained on)");
 
   // Everything goes into OUT.tmp first; a leftover from a crashed run is discarded.
   const std::string tmp = out + ".tmp";

@@ -11,15 +11,16 @@
 
 namespace ft::model {
 
-AttentionImpl::AttentionImpl(const io::LlamaConfig& c, std::int64_t layer_index, const torch::TensorOptions& options)
+AttentionImpl::AttentionImpl(const io::LlamaConfig& c, std::int64_t layer_index, const torch::TensorOptions& options,
+                             Quantization quantize)
     : layer_index_(layer_index),
       num_heads_(c.num_attention_heads),
       num_kv_heads_(c.num_key_value_heads),
       head_dim_(c.head_dim) {
-  q_proj = register_module("q_proj", Linear(c.hidden_size, num_heads_ * head_dim_, options));
-  k_proj = register_module("k_proj", Linear(c.hidden_size, num_kv_heads_ * head_dim_, options));
-  v_proj = register_module("v_proj", Linear(c.hidden_size, num_kv_heads_ * head_dim_, options));
-  o_proj = register_module("o_proj", Linear(num_heads_ * head_dim_, c.hidden_size, options));
+  q_proj = register_module("q_proj", Linear(c.hidden_size, num_heads_ * head_dim_, options, quantize));
+  k_proj = register_module("k_proj", Linear(c.hidden_size, num_kv_heads_ * head_dim_, options, quantize));
+  v_proj = register_module("v_proj", Linear(c.hidden_size, num_kv_heads_ * head_dim_, options, quantize));
+  o_proj = register_module("o_proj", Linear(num_heads_ * head_dim_, c.hidden_size, options, quantize));
 }
 
 torch::Tensor repeat_kv(const torch::Tensor& x, std::int64_t groups) {

@@ -16,7 +16,8 @@ class KvCache;
 
 class AttentionImpl : public torch::nn::Module {
  public:
-  AttentionImpl(const io::LlamaConfig& config, std::int64_t layer_index, const torch::TensorOptions& options);
+  // `quantize`: how the four projections store their (frozen) weights.
+  AttentionImpl(const io::LlamaConfig& config, std::int64_t layer_index, const torch::TensorOptions& options, Quantization quantize = Quantization::kNone);
 
   // x [B,T,H]; cos/sin [B,T,hd]; bias [B or 1, 1, T, S] fp32 (S = cached + T).
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,

@@ -5,9 +5,9 @@
 namespace ft::model {
 
 DecoderLayerImpl::DecoderLayerImpl(const io::LlamaConfig& c, std::int64_t layer_index,
-                                   const torch::TensorOptions& options) {
-  self_attn = register_module("self_attn", Attention(c, layer_index, options));
-  mlp = register_module("mlp", Mlp(c, options));
+                                   const torch::TensorOptions& options, Quantization quantize) {
+  self_attn = register_module("self_attn", Attention(c, layer_index, options, quantize));
+  mlp = register_module("mlp", Mlp(c, options, quantize));
   input_layernorm = register_module("input_layernorm", RMSNorm(c.hidden_size, c.rms_norm_eps, options));
   post_attention_layernorm =
       register_module("post_attention_layernorm", RMSNorm(c.hidden_size, c.rms_norm_eps, options));

@@ -15,7 +15,7 @@ namespace ft::model {
 
 class DecoderLayerImpl : public torch::nn::Module {
  public:
-  DecoderLayerImpl(const io::LlamaConfig& config, std::int64_t layer_index, const torch::TensorOptions& options);
+  DecoderLayerImpl(const io::LlamaConfig& config, std::int64_t layer_index, const torch::TensorOptions& options, Quantization quantize = Quantization::kNone);
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
                         const torch::Tensor& bias, KvCache* cache);
 

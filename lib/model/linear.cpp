@@ -2,18 +2,57 @@
 
 #include <torch/torch.h>
 
+#include "model/quantized_linear.h"
 #include "util/error.h"
 
 namespace ft::model {
 
 LinearImpl::LinearImpl(std::int64_t in_features, std::int64_t out_features,
-                       const torch::TensorOptions& options)
+                       const torch::TensorOptions& options, Quantization quantize)
     : in_features_(in_features), out_features_(out_features) {
-  weight = register_parameter("weight", torch::empty({out_features, in_features}, options));
+  if (quantize == Quantization::kNone) {
+    weight = register_parameter("weight", torch::empty({out_features, in_features}, options));
+  } else {
+    weight_quantized = register_module(
+        "weight_quantized", QuantizedWeight(out_features, in_features, quantize, options.device()));
+  }
+}
+
+torch::Device LinearImpl::device() const {
+  return is_quantized() ? weight_quantized->device() : weight.device();
+}
+
+void LinearImpl::set_weight(const torch::Tensor& value) {
+  torch::NoGradGuard no_grad;
+  if (is_quantized()) {
+    weight_quantized->assign(value);
+  } else {
+    weight.copy_(value);
+  }
+}
+
+torch::Tensor LinearImpl::dense_weight(c10::ScalarType dtype) const {
+  return is_quantized() ? weight_quantized->dequantize(dtype) : weight.detach().to(dtype);
+}
+
+void LinearImpl::quantize_weight(Quantization quantize) {
+  FT_CHECK(!is_quantized(), "the weight is already quantized (", quantization_name(quantization()), ")");
+  if (quantize == Quantization::kNone) return;
+  weight_quantized = register_module("weight_quantized", QuantizedWeight(weight, quantize));
+  parameters_.erase("weight");  // frees the dense copy once nothing else holds it
+  weight = torch::Tensor();
+}
+
+void LinearImpl::dequantize_weight(c10::ScalarType dtype) {
+  if (!is_quantized()) return;
+  torch::Tensor dense = weight_quantized->dequantize(dtype);
+  unregister_module("weight_quantized");
+  weight_quantized = nullptr;
+  weight = register_parameter("weight", dense, /*requires_grad=*/false);
 }
 
 torch::Tensor LinearImpl::forward(const torch::Tensor& x) {
-  auto y = torch::nn::functional::linear(x, weight);
+  auto y = is_quantized() ? quantized_linear(x, weight_quantized) : torch::nn::functional::linear(x, weight);
   if (!lora_A) return y;  // full fine-tuning and plain inference: one branch-free check
   // PEFT casts the input to the adapter's dtype (fp32), adds the branch to the base output
   // (promoting to fp32) and casts the sum back once.
@@ -27,7 +66,7 @@ void LinearImpl::enable_lora(std::int64_t r, double scale, double dropout) {
   FT_CHECK(!has_lora(), "LoRA is already enabled on this layer (rank ", lora_rank(), ")");
   FT_CHECK(r > 0, "LoRA rank must be positive, got ", r);
   FT_CHECK(dropout >= 0 && dropout < 1, "LoRA dropout must be in [0, 1), got ", dropout);
-  auto options = weight.options().dtype(torch::kFloat).requires_grad(false);
+  auto options = torch::TensorOptions().dtype(torch::kFloat).device(device()).requires_grad(false);
   lora_A = register_module("lora_A", std::make_shared<LinearImpl>(in_features_, r, options));
   lora_B = register_module("lora_B", std::make_shared<LinearImpl>(r, out_features_, options));
   // Zeros, not garbage: uninitialized memory may hold NaN, and 0 * NaN would poison the output.

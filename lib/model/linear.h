@@ -2,6 +2,9 @@
 // an optional LoRA branch with PEFT's names (children "lora_A" [r, in] and "lora_B" [out, r]).
 // Parameters are created uninitialized in the requested dtype/device (weights are loaded or
 // initialized explicitly), so building a 13B model never allocates an fp32 copy first.
+// A frozen base weight may instead be stored quantized (int8 or NF4, model/quantization.h): then
+// there is no "weight" parameter, only the child "weight_quantized", and forward dequantizes it
+// on the fly (model/quantized_linear.h).
 #pragma once
 
 #include <torch/nn/module.h>
@@ -9,17 +12,33 @@
 
 #include <memory>
 
+#include "model/quantization.h"
+
 namespace ft::model {
 
 class LinearImpl : public torch::nn::Module {
  public:
-  LinearImpl(std::int64_t in_features, std::int64_t out_features, const torch::TensorOptions& options);
+  // With `quantize` int8/nf4: quantized storage on options' device instead of the weight.
+  LinearImpl(std::int64_t in_features, std::int64_t out_features, const torch::TensorOptions& options,
+             Quantization quantize = Quantization::kNone);
   // x [..., in] -> [..., out]. With LoRA (PEFT's math): base(x) + lora_B(lora_A(dropout(x))) * scale,
   // the branch in fp32 and the sum cast back to x's dtype; dropout only in training mode.
   torch::Tensor forward(const torch::Tensor& x);
 
   std::int64_t in_features() const { return in_features_; }
   std::int64_t out_features() const { return out_features_; }
+  torch::Device device() const;
+
+  bool is_quantized() const { return !weight_quantized.is_empty(); }
+  Quantization quantization() const { return is_quantized() ? weight_quantized->quantization() : Quantization::kNone; }
+  // Sets the base weight from `value` [out, in]: copied into the parameter, or quantized.
+  void set_weight(const torch::Tensor& value);
+  // The base weight in `dtype`: the parameter's values, or a dequantized temporary copy.
+  torch::Tensor dense_weight(c10::ScalarType dtype) const;
+  // Replaces the dense weight by its quantized form (frozen), and back: dequantize_weight makes a
+  // frozen "weight" parameter in `dtype` from the quantized values (to merge LoRA into them).
+  void quantize_weight(Quantization quantize);
+  void dequantize_weight(c10::ScalarType dtype);
 
   // Adds the LoRA branch: fp32 lora_A.weight [r, in] and lora_B.weight [out, r] on the weight's
   // device, both zero (lora.h's apply_lora initializes A). Throws if it already has one.
@@ -31,7 +50,8 @@ class LinearImpl : public torch::nn::Module {
   double lora_scale() const { return lora_scale_; }
   double lora_dropout() const { return lora_dropout_; }
 
-  torch::Tensor weight;  // [out, in]
+  torch::Tensor weight;  // [out, in]; undefined when quantized
+  QuantizedWeight weight_quantized{nullptr};
   // The LoRA branch, null when off: plain LinearImpl layers so that their parameter is "weight".
   std::shared_ptr<LinearImpl> lora_A, lora_B;
 

@@ -7,12 +7,12 @@
 
 namespace ft::model {
 
-LlamaModelImpl::LlamaModelImpl(const io::LlamaConfig& c, const torch::TensorOptions& options)
+LlamaModelImpl::LlamaModelImpl(const io::LlamaConfig& c, const torch::TensorOptions& options, Quantization quantize)
     : rotary_(c) {
   embed_tokens = register_module("embed_tokens", Embedding(c.vocab_size, c.hidden_size, options));
   layer_list = register_module("layers", torch::nn::ModuleList());
   for (std::int64_t i = 0; i < c.num_hidden_layers; ++i) {
-    layers.push_back(DecoderLayer(c, i, options));
+    layers.push_back(DecoderLayer(c, i, options, quantize));
     layer_list->push_back(layers.back());
   }
   norm = register_module("norm", RMSNorm(c.hidden_size, c.rms_norm_eps, options));
@@ -35,9 +35,10 @@ torch::Tensor LlamaModelImpl::forward(const torch::Tensor& ids, const ForwardOpt
   return norm(h);
 }
 
-LlamaForCausalLMImpl::LlamaForCausalLMImpl(const io::LlamaConfig& c, const torch::TensorOptions& options)
+LlamaForCausalLMImpl::LlamaForCausalLMImpl(const io::LlamaConfig& c, const torch::TensorOptions& options,
+                                           Quantization quantize)
     : config_(c) {
-  model = register_module("model", LlamaModel(c, options));
+  model = register_module("model", LlamaModel(c, options, quantize));
   if (!c.tie_word_embeddings) lm_head = register_module("lm_head", Linear(c.hidden_size, c.vocab_size, options));
 }
 
@@ -51,6 +52,12 @@ torch::Tensor LlamaForCausalLMImpl::logits(const torch::Tensor& hidden) {
 
 torch::Tensor LlamaForCausalLMImpl::forward(const torch::Tensor& ids, const ForwardOptions& options) {
   return logits(model(ids, options));
+}
+
+void dequantize_projections(LlamaForCausalLM& model) {
+  const c10::ScalarType dtype = model->output_weight().scalar_type();
+  for (const auto& module : model->modules(/*include_self=*/false))
+    if (auto linear = std::dynamic_pointer_cast<LinearImpl>(module)) linear->dequantize_weight(dtype);
 }
 
 void init_weights(LlamaForCausalLM& model, std::uint64_t seed, double std) {

@@ -45,7 +45,7 @@ struct ForwardOptions {
 
 class LlamaModelImpl : public torch::nn::Module {
  public:
-  LlamaModelImpl(const io::LlamaConfig& config, const torch::TensorOptions& options);
+  LlamaModelImpl(const io::LlamaConfig& config, const torch::TensorOptions& options, Quantization quantize = Quantization::kNone);
   // ids [B,T] -> final hidden states [B,T,H] (after the last norm).
   torch::Tensor forward(const torch::Tensor& ids, const ForwardOptions& options = {});
 
@@ -61,7 +61,9 @@ TORCH_MODULE(LlamaModel);
 
 class LlamaForCausalLMImpl : public torch::nn::Module {
  public:
-  LlamaForCausalLMImpl(const io::LlamaConfig& config, const torch::TensorOptions& options);
+  // `quantize`: how the decoder layers' projections store their frozen weights (int8/nf4 for
+  // LoRA over a quantized base); embeddings, norms and lm_head stay in options' dtype.
+  LlamaForCausalLMImpl(const io::LlamaConfig& config, const torch::TensorOptions& options, Quantization quantize = Quantization::kNone);
 
   // ids [B,T] -> logits [B,T,V] in the parameters' dtype.
   torch::Tensor forward(const torch::Tensor& ids, const ForwardOptions& options = {});
@@ -79,6 +81,10 @@ class LlamaForCausalLMImpl : public torch::nn::Module {
   io::LlamaConfig config_;
 };
 TORCH_MODULE(LlamaForCausalLM);
+
+// Replaces every quantized projection weight by a dense frozen parameter holding its dequantized
+// values, in the dtype of the model's other weights (to write the model as an HF folder).
+void dequantize_projections(LlamaForCausalLM& model);
 
 // Fills the weights as HF's LlamaPreTrainedModel._init_weights does (normal(0, std) for linear
 // and embedding weights, ones for norms), from a fixed seed, for benchmarks and tests.

@@ -165,8 +165,10 @@ io::NamedTensors lora_adapter_tensors(LlamaForCausalLM& model) {
 
 void merge_lora(LlamaForCausalLM& model) {
   torch::NoGradGuard no_grad;
+  const c10::ScalarType dtype = model->output_weight().scalar_type();
   for (const auto& [name, linear] : projections(model)) {
     if (!linear->has_lora()) continue;
+    linear->dequantize_weight(dtype);  // a quantized base: merge into its dequantized values
     auto delta = torch::mm(linear->lora_B->weight.to(torch::kFloat), linear->lora_A->weight.to(torch::kFloat));
     auto merged = linear->weight.to(torch::kFloat) + delta * linear->lora_scale();
     linear->weight.copy_(merged);  // cast back to the base dtype once

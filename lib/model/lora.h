@@ -50,7 +50,7 @@ io::NamedTensors lora_adapter_tensors(LlamaForCausalLM& model);
 
 // W += scale · B·A (computed in fp32, cast back to W's dtype) in every LoRA projection, then
 // removes the branches: the model computes the same function without LoRA. Base parameters stay
-// frozen.
+// frozen. A quantized W is dequantized first (into the dtype of the model's other weights).
 void merge_lora(LlamaForCausalLM& model);
 
 // Reads a PEFT adapter folder, checks that every tensor fits the model (module exists, layer in

@@ -4,10 +4,10 @@
 
 namespace ft::model {
 
-MlpImpl::MlpImpl(const io::LlamaConfig& c, const torch::TensorOptions& options) {
-  gate_proj = register_module("gate_proj", Linear(c.hidden_size, c.intermediate_size, options));
-  up_proj = register_module("up_proj", Linear(c.hidden_size, c.intermediate_size, options));
-  down_proj = register_module("down_proj", Linear(c.intermediate_size, c.hidden_size, options));
+MlpImpl::MlpImpl(const io::LlamaConfig& c, const torch::TensorOptions& options, Quantization quantize) {
+  gate_proj = register_module("gate_proj", Linear(c.hidden_size, c.intermediate_size, options, quantize));
+  up_proj = register_module("up_proj", Linear(c.hidden_size, c.intermediate_size, options, quantize));
+  down_proj = register_module("down_proj", Linear(c.intermediate_size, c.hidden_size, options, quantize));
 }
 
 torch::Tensor MlpImpl::forward(const torch::Tensor& x) {

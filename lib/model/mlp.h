@@ -11,7 +11,7 @@ namespace ft::model {
 
 class MlpImpl : public torch::nn::Module {
  public:
-  MlpImpl(const io::LlamaConfig& config, const torch::TensorOptions& options);
+  MlpImpl(const io::LlamaConfig& config, const torch::TensorOptions& options, Quantization quantize = Quantization::kNone);
   torch::Tensor forward(const torch::Tensor& x);
 
   Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};

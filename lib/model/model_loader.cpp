@@ -2,9 +2,11 @@
 
 #include <torch/torch.h>
 
+#include <functional>
 #include <map>
 #include <mutex>
 #include <set>
+#include <sstream>
 
 #include "util/error.h"
 #include "util/file_util.h"
@@ -100,19 +102,57 @@ void check_compute_dtype(c10::ScalarType dtype, c10::Device device, const std::s
            device.is_cpu() ? "bf16 or fp32 on CPU" : "another dtype");
 }
 
-void load_weights(LlamaForCausalLM& model, const io::WeightSource& weights) {
+std::string QuantizationReport::summary() const {
+  std::int64_t dense = 0, quantized = 0;
+  double sum = 0;
+  const Tensor* worst = nullptr;
+  for (const auto& t : tensors) {
+    dense += t.dense_bytes;
+    quantized += t.quantized_bytes;
+    sum += t.error.relative_rms;
+    if (!worst || t.error.relative_rms > worst->error.relative_rms) worst = &t;
+  }
+  auto size = [](std::int64_t bytes) {
+    return bytes >= 1e9 ? str(bytes / 1e9, " GB") : str(bytes / 1e6, " MB");
+  };
+  std::ostringstream s;
+  s.precision(4);
+  s << quantization_name(quantization) << ": " << tensors.size() << " tensors, " << size(dense) << " -> "
+    << size(quantized);
+  if (worst)
+    s << "; round-trip relative RMS error mean " << sum / static_cast<double>(tensors.size()) << ", worst "
+      << worst->error.relative_rms << " (" << worst->name << ")";
+  return s.str();
+}
+
+void load_weights(LlamaForCausalLM& model, const io::WeightSource& weights, QuantizationReport* report) {
   torch::NoGradGuard no_grad;
   std::set<std::string> used;
-  for (auto& p : model->named_parameters()) {
-    const std::string& name = p.key();
+  // Checks the stored tensor `name` against the shape the model expects, then hands it over.
+  auto load = [&](const std::string& name, at::IntArrayRef shape, const std::function<void(const at::Tensor&)>& set) {
     const io::TensorInfo& info = required_tensor(weights, name, model->config().num_hidden_layers);
-    FT_CHECK(at::IntArrayRef(info.shape) == p.value().sizes(), weights.file_of(name),
-             ": tensor '", name, "' has shape ", shape_string(info.shape), " but config.json implies ",
-             shape_string(p.value().sizes()));
+    FT_CHECK(at::IntArrayRef(info.shape) == shape, weights.file_of(name), ": tensor '", name, "' has shape ",
+             shape_string(info.shape), " but config.json implies ", shape_string(shape));
     FT_CHECK(info.dtype->scalar && at::isFloatingType(*info.dtype->scalar), weights.file_of(name),
              ": tensor '", name, "' has dtype ", info.dtype->name, "; expected F32, F16 or BF16");
-    p.value().copy_(weights.load(name));
+    set(weights.load(name));
     used.insert(name);
+  };
+  for (auto& p : model->named_parameters())
+    load(p.key(), p.value().sizes(), [&](const at::Tensor& value) { p.value().copy_(value); });
+  const c10::ScalarType dtype = model->output_weight().scalar_type();
+  for (const auto& item : model->named_modules("", /*include_self=*/false)) {
+    auto linear = std::dynamic_pointer_cast<LinearImpl>(item.value());
+    if (!linear || !linear->is_quantized()) continue;
+    const std::string name = item.key() + ".weight";
+    load(name, {linear->out_features(), linear->in_features()}, [&](const at::Tensor& value) {
+      linear->set_weight(value);
+      if (!report) return;
+      report->quantization = linear->quantization();
+      report->tensors.push_back({name, value.numel() * static_cast<std::int64_t>(c10::elementSize(dtype)),
+                                 linear->weight_quantized->bytes(),
+                                 round_trip_error(value, *linear->weight_quantized)});
+    });
   }
   std::vector<std::string> unused;
   for (const auto& name : weights.names())
@@ -121,7 +161,7 @@ void load_weights(LlamaForCausalLM& model, const io::WeightSource& weights) {
     log::warn(weights.path(), ": ", unused.size(), " tensors are not used by the model, e.g. '", unused[0], "'");
 }
 
-LlamaForCausalLM load_llama(const std::string& model_dir, const LoadOptions& options) {
+LlamaForCausalLM load_llama(const std::string& model_dir, const LoadOptions& options, QuantizationReport* report) {
   io::LlamaConfig config = io::load_llama_config(model_dir);
   io::WeightSource weights(model_dir);
   c10::ScalarType dtype = torch::kFloat;
@@ -134,8 +174,8 @@ LlamaForCausalLM load_llama(const std::string& model_dir, const LoadOptions& opt
     if (stored && at::isFloatingType(*stored)) dtype = *stored;
   }
   check_config_against_weights(config, weights);
-  LlamaForCausalLM model(config, torch::TensorOptions().dtype(dtype).device(options.device));
-  load_weights(model, weights);
+  LlamaForCausalLM model(config, torch::TensorOptions().dtype(dtype).device(options.device), options.quantize);
+  load_weights(model, weights, report);
   model->eval();
   return model;
 }

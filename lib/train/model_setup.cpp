@@ -29,7 +29,14 @@ TrainableModel build_trainable_model(const config::RunConfig& c, const data::Tok
   // shards to the device (run_training moves the rest after setup), so a model larger than one
   // card can start.
   load.device = c.parallel.strategy == "fsdp" ? c10::Device(c10::kCPU) : device;
-  tm.model = model::load_llama(c.model.path, load);
+  load.quantize = model::parse_quantization(c.model.quantize, "model.quantize");
+  if (load.quantize != model::Quantization::kNone) {
+    tm.quantization.emplace();
+    tm.model = model::load_llama(c.model.path, load, &*tm.quantization);
+    log::info("base quantized to ", tm.quantization->summary());
+  } else {
+    tm.model = model::load_llama(c.model.path, load);
+  }
   FT_CHECK(tokenizer.vocab_size() <= tm.model->config().vocab_size, tokenizer.path(), " has ", tokenizer.vocab_size(),
            " pieces but the model's vocab_size is ", tm.model->config().vocab_size);
   if (c.lora) {

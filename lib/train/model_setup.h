@@ -9,6 +9,7 @@
 #include "config/run_config.h"
 #include "model/llama_model.h"
 #include "model/lora.h"
+#include "model/model_loader.h"
 #include "parallel/parallel_strategy.h"
 
 namespace ft::data {
@@ -21,12 +22,14 @@ struct TrainableModel {
   model::LlamaForCausalLM model{nullptr};
   parallel::NamedParameters trainable;    // requires_grad, in model order
   std::optional<model::LoraOptions> lora;  // set for LoRA runs
+  std::optional<model::QuantizationReport> quantization;  // set when model.quantize is int8/nf4
 };
 
 c10::ScalarType compute_dtype(const config::RunConfig& config);
 
 // The model in the compute dtype on `device` (with parallel.strategy fsdp: on the host, for the
-// strategy to shard onto the device), LoRA applied or every parameter trainable.
+// strategy to shard onto the device), LoRA applied or every parameter trainable; with
+// model.quantize the frozen projections quantized as they load.
 TrainableModel build_trainable_model(const config::RunConfig& config, const data::Tokenizer& tokenizer,
                                      c10::Device device = c10::kCPU);
 

@@ -48,11 +48,20 @@ Json eval_record(std::int64_t step, const EvalResult& r) {
   return Json{{"step", step}, {"eval_loss", r.loss}, {"eval_ppl", r.perplexity}, {"eval_tokens", r.tokens}};
 }
 
-// Config keys whose machinery has not landed yet: refuse them up front instead of silently
-// training without them.
-void check_supported(const config::RunConfig& c) {
-  FT_CHECK(c.model.quantize == "none", "model.quantize \"", c.model.quantize,
-           "\" is not implemented in this build yet (use \"none\")");
+// RUN_DIR/quantization.json: what quantizing the base did to each tensor.
+Json quantization_json(const model::QuantizationReport& report) {
+  Json tensors = Json::array();
+  std::int64_t dense = 0, quantized = 0;
+  for (const auto& t : report.tensors) {
+    tensors.push_back({{"name", t.name}, {"dense_bytes", t.dense_bytes}, {"quantized_bytes", t.quantized_bytes},
+                       {"relative_rms_error", t.error.relative_rms}, {"max_abs_error", t.error.max_abs}});
+    dense += t.dense_bytes;
+    quantized += t.quantized_bytes;
+  }
+  return Json{{"quantization", model::quantization_name(report.quantization)},
+              {"dense_bytes", dense},
+              {"quantized_bytes", quantized},
+              {"tensors", tensors}};
 }
 
 // run_dir is ours to write into: a new folder, or one an earlier run wrote. One that points at
@@ -102,7 +111,6 @@ ResumePoint open_resume_checkpoint(const config::RunConfig& c, const ResumeOptio
 
 TrainSummary run_training(const config::RunConfig& c, dist::Communicator& comm, c10::Device device,
                           const ResumeOptions& resume) {
-  check_supported(c);
   const bool root = comm.is_root();
   const ResumePoint resume_point = open_resume_checkpoint(c, resume);
   const checkpoint::CheckpointReader* ckpt = resume_point.reader.get();
@@ -129,6 +137,8 @@ TrainSummary run_training(const config::RunConfig& c, dist::Communicator& comm, 
 
   // Model and trainable parameters (LoRA or everything), then the strategy that owns them.
   TrainableModel tm = build_trainable_model(c, tokenizer, device);
+  if (root && tm.quantization)
+    write_file_atomic(join_path(c.run_dir, "quantization.json"), quantization_json(*tm.quantization).dump(2) + "\n");
   auto strategy = parallel::make_strategy(c, comm, device);
   strategy->setup(tm.trainable);
   // What the strategy did not place (FSDP's model loads on the host: frozen weights); parameters

@@ -136,6 +136,47 @@ TEST(FtMerge, Bf16BaseMergesInFp32AndStaysBf16) {
   EXPECT_TRUE(torch::equal(merged.load("model.norm.weight"), reader.load("model.norm.weight").to(torch::kBFloat16)));
 }
 
+// An adapter trained on a quantized base (q_proj and v_proj only) merges into the dequantized
+// weights; the other projections are written dequantized too; everything in bf16, and it says so.
+TEST(FtMerge, QuantizedBaseMergesIntoTheDequantizedWeightsAndWritesBf16) {
+  test::TempDir dir;
+  const std::string base = test::data_path("stories260K");
+  model::LoadOptions load;
+  load.quantize = model::Quantization::kNf4;
+  auto trained = model::load_llama(base, load);
+  model::LoraOptions o;  // q_proj, v_proj
+  model::apply_lora(trained, o, 3);
+  {
+    torch::NoGradGuard no_grad;
+    for (auto& [name, p] : model::lora_parameters(trained))
+      if (name.find("lora_B") != std::string::npos) p.normal_(0, 0.05);
+  }
+  model::save_adapter(trained, o, dir.file("adapter"), "stories260K");
+  auto r = test::run_command(merge_cmd("--quantize nf4 --base " + base + " --adapter " + dir.file("adapter") +
+                                       " --out " + dir.file("merged")), true);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("merged into its dequantized weights, written in bf16"), std::string::npos) << r.output;
+  io::SafetensorsReader reader(dir.file("merged/model.safetensors"));
+  EXPECT_EQ(reader.tensors().size(), 47u);
+  for (const auto& t : reader.tensors()) EXPECT_STREQ(t.dtype->name, "BF16") << t.name;
+  EXPECT_EQ(parse_json_file(dir.file("merged/config.json"))["torch_dtype"], "bfloat16");
+
+  const auto& q = trained->model->layers[1]->self_attn->q_proj;
+  const auto expected_q = q->dense_weight(torch::kFloat) +
+                          torch::mm(q->lora_B->weight, q->lora_A->weight).detach() * o.scale();
+  const auto merged_q = reader.load("model.layers.1.self_attn.q_proj.weight").to(torch::kFloat);
+  EXPECT_TRUE(torch::allclose(merged_q, expected_q, 1e-2, 1e-3));  // bf16 rounding of the sum
+  // No LoRA on k_proj: its dequantized values, rounded to bf16.
+  const auto& k = trained->model->layers[1]->self_attn->k_proj;
+  EXPECT_TRUE(torch::equal(reader.load("model.layers.1.self_attn.k_proj.weight"), k->dense_weight(torch::kBFloat16)));
+
+  auto bad = test::run_command(merge_cmd("--quantize fp4 --base " + base + " --adapter " + dir.file("adapter") +
+                                         " --out " + dir.file("merged2")), true);
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_NE(bad.output.find("--quantize: \"fp4\" is not a quantization; expected none, int8 or nf4"), std::string::npos)
+      << bad.output;
+}
+
 TEST(FtMerge, BadInputExitsNonZeroWithAMessage) {
   test::TempDir dir;
   auto usage = test::run_command(merge_cmd("--base x --out y"), true);

@@ -157,10 +157,24 @@ TEST(Trainer, SkipSpikesSkipsANoiseBatch) {
   EXPECT_EQ(skipped_steps({}), std::vector<std::int64_t>{});
 }
 
-TEST(Trainer, FeaturesNotYetBuiltAreRefused) {
-  test::TempDir dir;
-  EXPECT_FT_ERROR(train(tiny(dir.path()), {"model.quantize=int8"}),
-                  "model.quantize \"int8\" is not implemented in this build yet");
+// The quantized base is rebuilt from the weights on resume, deterministically: a resumed NF4
+// run continues the uninterrupted one exactly.
+TEST(Trainer, QuantizedBaseRunResumesExactly) {
+  test::TempDir a, b;
+  const std::vector<std::string> overrides = {"model.quantize=nf4", "checkpoint.every_steps=4"};
+  train(tiny(a.path()), overrides);
+  EXPECT_TRUE(file_exists(join_path(a.path(), "quantization.json")));
+  auto comm = dist::make_single_process_communicator();
+  ResumeOptions resume;
+  resume.path = join_path(a.path(), "checkpoints/step_000004");
+  TrainSummary s = run_training(config::parse_run_config(tiny(b.path()), "test config", overrides), *comm, c10::kCPU, resume);
+  EXPECT_EQ(s.resumed_from_step, 4);
+  auto la = losses(read_metrics(a.path())), lb = losses(read_metrics(b.path()));
+  ASSERT_EQ(la.size(), 8u);
+  ASSERT_EQ(lb.size(), 4u);
+  for (std::size_t i = 0; i < 4; ++i) EXPECT_EQ(lb[i], la[4 + i]) << "step " << 5 + i;
+  EXPECT_EQ(read_file(join_path(a.path(), "adapter/adapter_model.safetensors")),
+            read_file(join_path(b.path(), "adapter/adapter_model.safetensors")));
 }
 
 // A run_dir that is not a run folder (here: the model's own folder) is refused before anything

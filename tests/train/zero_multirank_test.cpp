@@ -171,6 +171,20 @@ TEST(ZeroMultirank, FullFineTuneTwoRanks) { equivalence(2, false, "--set train.m
 TEST(ZeroMultirank, LoraFourRanks) { equivalence(4, true, "--set train.global_batch_size=16"); }
 TEST(ZeroMultirank, FullFineTuneFourRanks) { equivalence(4, false, "--set train.global_batch_size=16"); }
 
+// LoRA over a quantized base: the strategies only see the LoRA parameters, the quantized base is
+// replicated and frozen, so every strategy (with activation checkpointing recomputing through the
+// quantized layers) still equals DDP.
+TEST(ZeroMultirank, LoraOverAQuantizedBaseTwoRanks) {
+  for (const char* quantize : {"int8", "nf4"}) {
+    SCOPED_TRACE(quantize);
+    const std::string batch = std::string("--set train.micro_batch_size=2 --set model.quantize=") + quantize;
+    const RunResult ddp = train(2, true, batch);
+    expect_same_run(train(2, true, batch + " --set parallel.strategy=zero2"), ddp, 1e-5);
+    expect_same_run(train(2, true, batch + " --set parallel.strategy=fsdp --set train.activation_checkpointing=true"),
+                    ddp, 1e-5);
+  }
+}
+
 TEST(ZeroMultirank, SmallBucketsAndNoOverlap) {
   // 1 KB buckets: ~70 buckets in flight two at a time, chunks of a few hundred elements per rank.
   const std::string batch = "--set train.micro_batch_size=2 --set parallel.bucket_mb=0.001";
