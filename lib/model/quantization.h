@@ -55,8 +55,10 @@ class QuantizedWeightImpl : public torch::nn::Module {
 
   // Replaces the stored values by the quantized `weight` ([rows, cols], any float dtype).
   void assign(const torch::Tensor& weight);
-  // The weight [rows, cols] in `dtype` (computed in fp32, then cast): a temporary copy.
+  // The weight [rows, cols] in `dtype` (computed in fp32, then cast): a temporary copy. On the
+  // CPU a fused loop; elsewhere dequantize_with_tensor_ops (tests check they agree bitwise).
   torch::Tensor dequantize(c10::ScalarType dtype) const;
+  torch::Tensor dequantize_with_tensor_ops(c10::ScalarType dtype) const;
 
   Quantization quantization() const { return q_; }
   std::int64_t rows() const { return rows_; }
@@ -73,6 +75,7 @@ class QuantizedWeightImpl : public torch::nn::Module {
 
  private:
   void allocate(const torch::Device& device);
+  torch::Tensor block_absmax() const;  // nf4: the fp32 absmax of each block of 64, dequantized
 
   Quantization q_;
   std::int64_t rows_, cols_;

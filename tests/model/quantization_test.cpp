@@ -16,8 +16,11 @@
 #include "model/quantization.h"
 #include "model/quantized_linear.h"
 #include "test_support.h"
+#include "io/safetensors.h"
 #include "util/error.h"
+#include "util/file_util.h"
 #include "util/json.h"
+#include "util/memory_counter.h"
 
 namespace ft::model {
 namespace {
@@ -93,6 +96,21 @@ TEST(Quantization, Int8MatchesTheReference) {
     EXPECT_NEAR(round_trip_error(test_weight(rows, cols), *q).relative_rms, c["int8"]["relative_rms_error"].get<double>(),
                 1e-6);
     EXPECT_EQ(q->bytes(), quantized_bytes(rows, cols, Quantization::kInt8));
+  }
+}
+
+// The fused CPU loops and the tensor-op path that GPUs take give the same bits in every dtype.
+TEST(Quantization, FusedCpuDequantizationEqualsTheTensorOpPath) {
+  torch::manual_seed(9);
+  const auto w = torch::randn({37, 200}) * 0.03;  // 7400 weights: a partial last block
+  for (auto mode : {Quantization::kInt8, Quantization::kNf4}) {
+    QuantizedWeight q(w, mode);
+    for (auto dtype : {torch::kFloat, torch::kBFloat16, torch::kHalf, torch::kDouble}) {
+      const auto fused = q->dequantize(dtype), ops = q->dequantize_with_tensor_ops(dtype);
+      EXPECT_EQ(fused.scalar_type(), dtype);
+      EXPECT_EQ(fused.sizes(), w.sizes());
+      EXPECT_TRUE(torch::equal(fused, ops)) << quantization_name(mode) << " " << c10::toString(dtype);
+    }
   }
 }
 
@@ -226,6 +244,52 @@ TEST_F(QuantizedStories, LossStaysCloseToTheUnquantizedModel) {
               << 100 * (qce - ce) / ce << " %); " << report.summary() << "\n";
     EXPECT_LT(std::abs(qce - ce) / ce, tolerance) << quantization_name(mode);
   }
+}
+
+// Loading quantizes tensor by tensor as it reads: the most CPU memory LibTorch holds while loading
+// a random 13 MB (fp32) model as NF4 is the quantized model plus the transients of quantizing one
+// matrix, well under one decoder layer in fp32; the fp32 load holds the whole model.
+TEST(QuantizedLoading, PeakMemoryIsTheQuantizedModelPlusLessThanOneLayer) {
+  install_cpu_memory_counter();
+  test::TempDir dir;
+  io::LlamaConfig c = io::load_llama_config(test::data_path("stories260K"));
+  c.hidden_size = 256;
+  c.intermediate_size = 688;
+  c.num_hidden_layers = 4;
+  c.num_attention_heads = c.num_key_value_heads = 4;
+  c.head_dim = 64;
+  c.tie_word_embeddings = false;
+  std::int64_t dense_bytes = 0;
+  {
+    LlamaForCausalLM random(c, torch::TensorOptions().dtype(torch::kFloat));
+    init_weights(random, 5);
+    io::NamedTensors tensors;
+    for (const auto& p : random->named_parameters()) tensors.emplace_back(p.key(), p.value().detach());
+    io::write_safetensors(dir.file("model.safetensors"), tensors);
+    write_file_atomic(dir.file("config.json"), c.to_json(torch::kFloat).dump(2));
+    for (const auto& p : random->parameters()) dense_bytes += p.numel() * 4;
+  }
+  const std::int64_t h = c.hidden_size, i = c.intermediate_size;
+  const std::int64_t layer_bytes = (4 * h * h + 3 * h * i) * 4;
+
+  auto peak_of_load = [&](Quantization q, std::int64_t* held) {
+    const std::int64_t before = cpu_allocated_bytes();
+    reset_cpu_peak_allocated_bytes();
+    LoadOptions options;
+    options.quantize = q;
+    auto model = load_llama(dir.path(), options);
+    *held = cpu_allocated_bytes() - before;
+    return cpu_peak_allocated_bytes() - before;
+  };
+  std::int64_t dense_held = 0, nf4_held = 0;
+  const std::int64_t dense_peak = peak_of_load(Quantization::kNone, &dense_held);
+  const std::int64_t nf4_peak = peak_of_load(Quantization::kNf4, &nf4_held);
+  std::cout << "model " << dense_bytes << " B in fp32, one layer " << layer_bytes << " B; load peak fp32 " << dense_peak
+            << " B (holds " << dense_held << "), nf4 " << nf4_peak << " B (holds " << nf4_held << ")\n";
+  EXPECT_GE(dense_held, dense_bytes);
+  EXPECT_LT(nf4_held, dense_bytes / 2);  // embeddings and head stay fp32 here
+  EXPECT_LT(nf4_peak, nf4_held + layer_bytes);
+  EXPECT_LT(nf4_peak, dense_peak / 2);
 }
 
 // A merge into a quantized base goes into its dequantized values: merged = dequantized + B·A.
