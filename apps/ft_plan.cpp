@@ -1,0 +1,110 @@
+// ft_plan: will a run fit? Per GPU and strategy, the bytes of weights, gradients, optimizer state,
+// communication buckets, gathered layers, activations and framework overhead, from the run config
+// and the model's config.json alone (no weights: plan a 70B run on a laptop).
+//   ft_plan configs/llama13b_zero2.json --gpus 8
+//   ft_plan configs/llama7b_lora.json --gpus 2 --gpu-mem-gb 24 --seq-len 4096 --json
+//   ft_plan configs/llama13b_zero2.json --gpus 8 --set model.path=tests/data/model-configs/llama-2-13b
+#include <cxxopts.hpp>
+
+#include <cstdio>
+#include <iostream>
+
+#include "app_main.h"
+#include "config_args.h"
+#include "io/hf_config.h"
+#include "plan/memory_plan.h"
+#include "util/json.h"
+
+namespace {
+
+double gb(std::int64_t bytes) { return bytes / 1e9; }
+
+ft::Json to_json(const ft::plan::MemoryPlan& plan) {
+  ft::Json strategies = ft::Json::array();
+  for (const auto& p : plan.strategies) {
+    const auto& m = p.at_micro_batch;
+    strategies.push_back({{"strategy", p.name},
+                          {"lora", p.lora},
+                          {"model_state_bytes", m.model_state()},
+                          {"activation_bytes", m.activations},
+                          {"total_bytes", m.total()},
+                          {"fits", p.fits},
+                          {"micro_batch", p.micro_batch},
+                          {"grad_accum", p.grad_accum},
+                          {"global_batch", p.global_batch},
+                          {"note", p.note},
+                          {"bytes",
+                           {{"weights", m.weights},
+                            {"gradients", m.gradients},
+                            {"optimizer", m.optimizer},
+                            {"host_optimizer", m.host_optimizer},
+                            {"comm_buckets", m.comm_buckets},
+                            {"gathered", m.gathered},
+                            {"activations_checkpointed", m.activations_checkpointed},
+                            {"activations_full", m.activations_full},
+                            {"overhead", m.overhead}}}});
+  }
+  return {{"parameters", plan.parameters},        {"lora_parameters", plan.lora_parameters},
+          {"gpus", plan.options.gpus},            {"gpu_mem_gb", plan.options.gpu_mem_gb},
+          {"seq_len", plan.seq_len},              {"strategies", strategies},
+          {"recommendation", plan.recommendation}};
+}
+
+void print_table(const ft::plan::MemoryPlan& plan, const ft::config::RunConfig& run) {
+  std::printf("%s: %.2fB parameters (LoRA row: %.1fM trainable), %s, %lld tokens per sequence, %lld GPU%s x %.1f GB%s\n",
+              run.source.c_str(), plan.parameters / 1e9, plan.lora_parameters / 1e6, run.train.precision.c_str(),
+              (long long)plan.seq_len, (long long)plan.options.gpus, plan.options.gpus == 1 ? "" : "s",
+              plan.options.gpu_mem_gb, run.model.quantize == "none" ? "" : (", base " + run.model.quantize).c_str());
+  std::printf("GB per GPU at the micro-batch shown; activations with the config's checkpointing (%s), the other "
+              "setting in brackets; fits = under %.0f%% of the GPU\n",
+              run.train.activation_checkpointing ? "on" : "off", 100 * (1 - plan.options.headroom));
+  std::printf("%-12s %8s %8s %8s %8s %8s %18s %8s %8s  %-4s %5s %5s\n", "strategy", "weights", "grads", "optim",
+              "buckets", "gathered", "activations", "overhead", "total", "fits", "micro", "accum");
+  for (const auto& p : plan.strategies) {
+    const auto& m = p.at_micro_batch;
+    const std::int64_t other = run.train.activation_checkpointing ? m.activations_full : m.activations_checkpointed;
+    std::printf("%-12s %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f (%7.2f) %8.2f %8.2f  %-4s %5lld %5lld\n", p.name.c_str(),
+                gb(m.weights), gb(m.gradients), gb(m.optimizer), gb(m.comm_buckets), gb(m.gathered), gb(m.activations),
+                gb(other), gb(m.overhead), gb(m.total()), p.fits ? "yes" : "no", (long long)p.micro_batch,
+                (long long)p.grad_accum);
+    if (m.host_optimizer > 0) std::printf("%-12s host memory per rank for the offloaded optimizer: %.2f GB\n", "", gb(m.host_optimizer));
+    if (!p.note.empty()) std::printf("%-12s note: %s\n", "", p.note.c_str());
+  }
+  std::printf("%s\n", plan.recommendation.c_str());
+}
+
+int run(int argc, char** argv) {
+  cxxopts::Options options("ft_plan", "Memory and batch plan for a run, per GPU and strategy (needs config.json only).");
+  ft::app::add_config_options(options);
+  options.add_options()
+      ("gpus", "GPUs (ranks) the run will use", cxxopts::value<std::int64_t>()->default_value("1"))
+      ("gpu-mem-gb", "memory per GPU in GB (1e9 bytes)", cxxopts::value<double>()->default_value("24"))
+      ("seq-len", "tokens per sequence (default: data.max_seq_len)", cxxopts::value<std::int64_t>()->default_value("0"))
+      ("json", "print the plan as JSON")
+      ("h,help", "show this help");
+  auto args = options.parse(argc, argv);
+  if (args.count("help")) {
+    std::cout << options.help() << std::endl;
+    return 0;
+  }
+  ft::plan::PlanOptions plan_options;
+  plan_options.gpus = args["gpus"].as<std::int64_t>();
+  plan_options.gpu_mem_gb = args["gpu-mem-gb"].as<double>();
+  plan_options.seq_len = args["seq-len"].as<std::int64_t>();
+  if (plan_options.gpus <= 0) throw ft::app::UsageError{"--gpus must be positive"};
+  if (plan_options.gpu_mem_gb <= 0) throw ft::app::UsageError{"--gpu-mem-gb must be positive"};
+  if (plan_options.seq_len < 0) throw ft::app::UsageError{"--seq-len must be positive"};
+  const ft::config::RunConfig config = ft::app::load_config_from_args(args);
+  const ft::io::LlamaConfig model = ft::io::load_llama_config(config.model.path);
+  const ft::plan::MemoryPlan plan = ft::plan::plan_memory(config, model, plan_options);
+  if (args.count("json")) {
+    std::cout << to_json(plan).dump(2) << std::endl;
+  } else {
+    print_table(plan, config);
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) { return ft::app::run_main("ft_plan", argc, argv, run); }

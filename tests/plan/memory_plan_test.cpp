@@ -1,0 +1,145 @@
+// The planner against the formulas it must reproduce (ZeRO paper's per-rank model state for
+// LLaMA-2-7B, the quantized sizes of model/quantization.h), the batch arithmetic, and ft_plan as
+// users run it on the shipped configs with config.json files of real models (no weights).
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "config/run_config.h"
+#include "io/hf_config.h"
+#include "model/quantization.h"
+#include "plan/memory_plan.h"
+#include "test_support.h"
+#include "util/file_util.h"
+
+namespace ft::plan {
+namespace {
+
+constexpr std::int64_t kPsi7b = 6738415616;  // LLaMA-2-7B, as transformers counts it
+
+std::string repo_file(const std::string& relative) {
+  return (std::filesystem::path(test::data_path("")) / ".." / ".." / relative).lexically_normal().string();
+}
+
+config::RunConfig shipped(const std::string& name, const std::string& model, std::vector<std::string> overrides = {}) {
+  overrides.push_back("model.path=" + test::data_path("model-configs/" + model));
+  return config::load_run_config(repo_file("configs/" + name), overrides);
+}
+
+io::LlamaConfig model_config(const std::string& model) {
+  return io::load_llama_config(test::data_path("model-configs/" + model));
+}
+
+const StrategyPlan& row(const MemoryPlan& plan, const std::string& name) {
+  for (const auto& p : plan.strategies)
+    if (p.name == name) return p;
+  throw std::runtime_error("no row " + name);
+}
+
+TEST(MemoryPlan, FullFineTuneModelStateIsTheZeroFormulas) {
+  const auto run = shipped("llama7b_zero2.json", "llama-2-7b", {"parallel.offload_optimizer=false"});
+  const auto model = model_config("llama-2-7b");
+  PlanOptions o;
+  o.gpus = 8;
+  const MemoryPlan plan = plan_memory(run, model, o);
+  EXPECT_EQ(plan.parameters, kPsi7b);
+  const std::int64_t psi = kPsi7b, w = 8;
+  EXPECT_EQ(row(plan, "ddp").at_micro_batch.model_state(), 16 * psi);
+  EXPECT_EQ(row(plan, "zero1").at_micro_batch.model_state(), 4 * psi + 12 * psi / w);
+  EXPECT_EQ(row(plan, "zero2").at_micro_batch.model_state(), 2 * psi + 14 * psi / w);
+  EXPECT_EQ(row(plan, "fsdp").at_micro_batch.model_state(), 16 * psi / w);
+  // 25 GB of model state for zero2 (README): it cannot fit 24 GB without offload.
+  EXPECT_FALSE(row(plan, "zero2").fits);
+  EXPECT_FALSE(row(plan, "ddp").fits);
+}
+
+TEST(MemoryPlan, OffloadMovesTheOptimizerToTheHost) {
+  const auto run = shipped("llama7b_zero2.json", "llama-2-7b");
+  PlanOptions o;
+  o.gpus = 8;
+  const auto& zero2 = row(plan_memory(run, model_config("llama-2-7b"), o), "zero2");
+  EXPECT_EQ(zero2.at_micro_batch.optimizer, 0);
+  EXPECT_EQ(zero2.at_micro_batch.host_optimizer, 12 * kPsi7b / 8 + 4 * kPsi7b / 8);
+  EXPECT_TRUE(zero2.fits);
+}
+
+// The LoRA row of llama13b_zero2.json: the int8 base counted as model/quantization.h stores it,
+// fp32 LoRA weights, ZeRO-2 shards of their gradients and AdamW state; it fits 8 x 24 GB with margin.
+TEST(MemoryPlan, QuantizedLoraBaseIsCountedAtItsQuantizedSize) {
+  const auto run = shipped("llama13b_zero2.json", "llama-2-13b");
+  const auto model = model_config("llama-2-13b");
+  PlanOptions o;
+  o.gpus = 8;
+  const MemoryPlan plan = plan_memory(run, model, o);
+  const auto& lora = plan.strategies.front();
+  EXPECT_EQ(lora.name, "lora+zero2");
+  const std::int64_t h = 5120, i = 13824, layers = 40, v = 32000;
+  std::int64_t base = (2 * v * h + h + layers * 2 * h) * 2;  // embeddings, head, norms in bf16
+  for (auto [rows, cols] : {std::pair{h, h}, {h, h}, {h, h}, {h, h}, {i, h}, {i, h}, {h, i}})
+    base += layers * model::quantized_bytes(rows, cols, model::Quantization::kInt8);
+  const std::int64_t psi_l = layers * 16 * (4 * 2 * h + 3 * (h + i));  // r = 16 on all seven projections
+  EXPECT_EQ(plan.lora_parameters, psi_l);
+  EXPECT_EQ(lora.at_micro_batch.weights, base + 4 * psi_l);
+  EXPECT_EQ(lora.at_micro_batch.gradients, 4 * psi_l / 8);
+  EXPECT_EQ(lora.at_micro_batch.optimizer, 12 * psi_l / 8);
+  EXPECT_TRUE(lora.fits);
+  EXPECT_LT(lora.at_micro_batch.total(), 22'000'000'000);  // about 2 GB or more to spare
+  EXPECT_EQ(lora.grad_accum, 64 / (lora.micro_batch * 8));
+  // Unquantized, the same LoRA run does not fit: the bf16 base alone is 26 GB.
+  const MemoryPlan bf16 = plan_memory(shipped("llama13b_zero2.json", "llama-2-13b", {"model.quantize=none"}), model, o);
+  EXPECT_FALSE(bf16.strategies.front().fits);
+  EXPECT_NE(bf16.recommendation.find("quantize the base"), std::string::npos) << bf16.recommendation;
+}
+
+TEST(MemoryPlan, ActivationCheckpointingAndBatchArithmetic) {
+  const auto model = model_config("llama-2-7b");
+  const auto run = shipped("llama7b_lora.json", "llama-2-7b");
+  const auto with = memory_for(run, model, "ddp", true, 1, 2048, 8);
+  EXPECT_LT(with.activations_checkpointed * 10, with.activations_full);
+  EXPECT_EQ(memory_for(run, model, "ddp", true, 2, 2048, 8).activations_full, 2 * with.activations_full);
+  // A global batch that does not divide over the GPUs gets the nearest one that does.
+  PlanOptions o;
+  o.gpus = 3;
+  const MemoryPlan plan = plan_memory(shipped("llama7b_lora.json", "llama-2-7b", {"train.global_batch_size=64"}), model, o);
+  const auto& lora = plan.strategies.front();
+  ASSERT_TRUE(lora.fits);
+  EXPECT_EQ(lora.global_batch % (lora.micro_batch * 3), 0);
+  EXPECT_LE(std::abs(lora.global_batch - 64), lora.micro_batch * 3);
+  EXPECT_NE(lora.note.find("not a multiple of 3 GPUs"), std::string::npos) << lora.note;
+}
+
+TEST(FtPlan, JsonFieldsForEveryStrategyFromConfigJsonAlone) {
+  const std::string cmd = "cd " + repo_file("") + " && " + test::bin_path("ft_plan") +
+                          " configs/llama13b_zero2.json --gpus 8 --json --set model.path=" +
+                          test::data_path("model-configs/llama-2-13b");
+  const auto r = test::run_command(cmd);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const Json plan = parse_json(r.output, "ft_plan --json");
+  ASSERT_EQ(plan["strategies"].size(), 5u);
+  for (const Json& s : plan["strategies"])
+    for (const char* key : {"strategy", "model_state_bytes", "activation_bytes", "total_bytes", "fits", "micro_batch",
+                            "grad_accum"})
+      EXPECT_TRUE(s.contains(key)) << key;
+  EXPECT_EQ(plan["strategies"][0]["strategy"], "lora+zero2");
+  EXPECT_TRUE(plan["strategies"][0]["fits"].get<bool>());
+  EXPECT_NE(plan["recommendation"].get<std::string>().find("Use lora+zero2"), std::string::npos);
+
+  const auto text = test::run_command("cd " + repo_file("") + " && " + test::bin_path("ft_plan") +
+                                      " configs/llama34b_nf4_lora.json --gpus 8 --set model.path=" +
+                                      test::data_path("model-configs/codellama-34b"));
+  EXPECT_EQ(text.exit_code, 0) << text.output;
+  EXPECT_NE(text.output.find("Use lora+zero2"), std::string::npos) << text.output;
+
+  const auto missing = test::run_command(test::bin_path("ft_plan") + " " + repo_file("configs/llama13b_zero2.json") +
+                                             " --set model.path=/nonexistent",
+                                         true);
+  EXPECT_EQ(missing.exit_code, 1);
+  EXPECT_NE(missing.output.find("/nonexistent"), std::string::npos) << missing.output;
+  const auto bad = test::run_command(test::bin_path("ft_plan") + " " + repo_file("configs/llama13b_zero2.json") + " --gpus 0",
+                                     true);
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.output.find("--gpus must be positive"), std::string::npos) << bad.output;
+}
+
+}  // namespace
+}  // namespace ft::plan
