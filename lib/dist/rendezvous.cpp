@@ -141,34 +141,45 @@ void check_same_config(const std::shared_ptr<Store>& store, const RankEnv& env, 
   }
   store->set(verdict_key(env.rank), verdict.dump());
 
-  std::vector<std::string> keys;
-  for (int r = 0; r < env.world_size; ++r) keys.push_back(verdict_key(r));
-  if (!store->wait_for(keys, seconds_left(deadline))) {
-    std::vector<int> silent;
-    for (int r = 0; r < env.world_size; ++r) {
-      if (!store->check(verdict_key(r))) silent.push_back(r);
-    }
-    throw Error(str("the config check at ", store->address(), " timed out after ", timeout_s, " s on rank ", env.rank,
-                    ": rank", silent.size() > 1 ? "s " : " ", rank_list(silent),
-                    " did not report (failed or stopped after the rendezvous: see their output)"));
-  }
+  // Reads every rank's verdict; the ranks whose config differs from rank 0's.
   std::vector<int> differing;
   std::vector<Json> their_diffs;
-  for (int r = 0; r < env.world_size; ++r) {
-    Json d = r == env.rank ? verdict : parse_json(store->get(verdict_key(r)), str("rank ", r, "'s config verdict"));
-    if (!d.empty()) {
-      differing.push_back(r);
-      their_diffs.push_back(std::move(d));
+  auto read_verdicts = [&] {
+    std::vector<std::string> keys;
+    for (int r = 0; r < env.world_size; ++r) keys.push_back(verdict_key(r));
+    if (!store->wait_for(keys, seconds_left(deadline))) {
+      std::vector<int> silent;
+      for (int r = 0; r < env.world_size; ++r) {
+        if (!store->check(verdict_key(r))) silent.push_back(r);
+      }
+      throw Error(str("the config check at ", store->address(), " timed out after ", timeout_s, " s on rank ",
+                      env.rank, ": rank", silent.size() > 1 ? "s " : " ", rank_list(silent),
+                      " did not report (failed or stopped after the rendezvous: see their output)"));
     }
-  }
-  if (differing.empty()) return;
+    for (int r = 0; r < env.world_size; ++r) {
+      Json d = r == env.rank ? verdict : parse_json(store->get(verdict_key(r)), str("rank ", r, "'s config verdict"));
+      if (!d.empty()) {
+        differing.push_back(r);
+        their_diffs.push_back(std::move(d));
+      }
+    }
+  };
   if (!verdict.empty()) {
+    // This rank's own difference is the error; the others only add to the message. Rank 0 reports
+    // every differing rank and exits once all verdicts are in, taking the store with it, so
+    // reading them may fail: the message must not depend on it.
     std::string others;
-    if (differing.size() > 1) others = str(" (ranks whose config differs from rank 0's: ", rank_list(differing), ")");
+    try {
+      read_verdicts();
+      if (differing.size() > 1) others = str(" (ranks whose config differs from rank 0's: ", rank_list(differing), ")");
+    } catch (const Error&) {
+    }
     throw Error(str("rank ", env.rank, " runs a different config than rank 0 (every rank must run the same one): ",
                     format_differences(verdict, "here"), others,
                     ". Start every rank with the same config file and the same --set overrides"));
   }
+  read_verdicts();
+  if (differing.empty()) return;
   throw Error(str("rank ", differing.front(), " runs a different config than rank 0: ",
                   format_differences(their_diffs.front(), str("on rank ", differing.front())),
                   differing.size() > 1 ? str(" (differing ranks: ", rank_list(differing), ")") : std::string(),
