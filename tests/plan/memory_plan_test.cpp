@@ -57,7 +57,8 @@ TEST(MemoryPlan, OffloadMovesTheOptimizerToTheHost) {
   const auto run = shipped("llama7b_zero2.json", "llama-2-7b");
   PlanOptions o;
   o.gpus = 8;
-  const auto& zero2 = row(plan_memory(run, model_config("llama-2-7b"), o), "zero2");
+  const MemoryPlan plan = plan_memory(run, model_config("llama-2-7b"), o);
+  const auto& zero2 = row(plan, "zero2");
   EXPECT_EQ(zero2.at_micro_batch.optimizer, 0);
   EXPECT_EQ(zero2.at_micro_batch.host_optimizer, 12 * kPsi7b / 8 + 4 * kPsi7b / 8);
   EXPECT_TRUE(zero2.fits);
