@@ -1,0 +1,365 @@
+#include "dist/doctor.h"
+
+#include <arpa/inet.h>
+#include <dlfcn.h>
+#include <link.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include <torch/cuda.h>
+#include <torch/version.h>
+
+#include <chrono>
+#include <climits>
+#include <cstdlib>
+#include <cstring>
+
+#ifdef FT_WITH_NCCL
+#include <cuda_runtime.h>
+#include <nccl.h>
+#endif
+
+#include "util/error.h"
+
+extern char** environ;
+
+namespace ft::dist {
+namespace {
+
+using Level = DoctorFinding::Level;
+
+constexpr std::int64_t kShmPerRank = 1LL << 30;  // NCCL's shared-memory buffers per local rank, with room
+
+std::string gib(std::int64_t bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.1f GiB", bytes / double(1LL << 30));
+  return buf;
+}
+
+// The resolved path of the BLAS library this process loaded (libblas.so.3 is an alternatives link).
+std::string loaded_blas() {
+  std::string found;
+  dl_iterate_phdr(
+      [](struct dl_phdr_info* info, size_t, void* data) {
+        const std::string name = info->dlpi_name ? info->dlpi_name : "";
+        if (name.find("libblas") == std::string::npos && name.find("openblas") == std::string::npos &&
+            name.find("mkl_rt") == std::string::npos)
+          return 0;
+        char resolved[PATH_MAX];
+        *static_cast<std::string*>(data) = ::realpath(name.c_str(), resolved) ? resolved : name;
+        return 1;
+      },
+      &found);
+  return found;
+}
+
+// Whether a TCP port can be bound now (nothing listening), and a port the system hands out.
+bool port_is_free(int port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return true;
+  int one = 1;
+  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));  // TIME_WAIT does not count
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_ANY);
+  addr.sin_port = htons(static_cast<std::uint16_t>(port));
+  const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+  ::close(fd);
+  return ok;
+}
+
+int any_free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return 0;
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_ANY);
+  socklen_t len = sizeof(addr);
+  int port = 0;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0)
+    port = ntohs(addr.sin_port);
+  ::close(fd);
+  return port;
+}
+
+// NVML through dlopen: no header or link dependency; absent without an NVIDIA driver.
+struct Nvml {
+  using Init = int (*)();
+  using DriverVersion = int (*)(char*, unsigned);
+  using HandleByBusId = int (*)(const char*, void**);
+  using UIntQuery = int (*)(void*, unsigned*);
+  void* lib = nullptr;
+  Init init = nullptr, shutdown = nullptr;
+  DriverVersion driver_version = nullptr;
+  HandleByBusId by_bus_id = nullptr;
+  UIntQuery gen = nullptr, width = nullptr, max_gen = nullptr, max_width = nullptr;
+
+  Nvml() {
+    lib = ::dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!lib) return;
+    init = reinterpret_cast<Init>(::dlsym(lib, "nvmlInit_v2"));
+    shutdown = reinterpret_cast<Init>(::dlsym(lib, "nvmlShutdown"));
+    driver_version = reinterpret_cast<DriverVersion>(::dlsym(lib, "nvmlSystemGetDriverVersion"));
+    by_bus_id = reinterpret_cast<HandleByBusId>(::dlsym(lib, "nvmlDeviceGetHandleByPciBusId_v2"));
+    gen = reinterpret_cast<UIntQuery>(::dlsym(lib, "nvmlDeviceGetCurrPcieLinkGeneration"));
+    width = reinterpret_cast<UIntQuery>(::dlsym(lib, "nvmlDeviceGetCurrPcieLinkWidth"));
+    max_gen = reinterpret_cast<UIntQuery>(::dlsym(lib, "nvmlDeviceGetMaxPcieLinkGeneration"));
+    max_width = reinterpret_cast<UIntQuery>(::dlsym(lib, "nvmlDeviceGetMaxPcieLinkWidth"));
+    if (!init || !driver_version || init() != 0) {
+      ::dlclose(lib);
+      lib = nullptr;
+    }
+  }
+  ~Nvml() {
+    if (!lib) return;
+    if (shutdown) shutdown();
+    ::dlclose(lib);
+  }
+  bool ok() const { return lib != nullptr; }
+};
+
+#ifdef FT_WITH_NCCL
+// Bus bandwidth of an fp32 all-reduce of `bytes` across `n` local GPUs, one process, NCCL.
+double allreduce_probe(int n, std::size_t bytes, std::string* note) {
+  std::vector<ncclComm_t> comms(n);
+  std::vector<int> devices(n);
+  for (int i = 0; i < n; ++i) devices[i] = i;
+  if (ncclCommInitAll(comms.data(), n, devices.data()) != ncclSuccess) {
+    *note = "ncclCommInitAll failed";
+    return 0;
+  }
+  std::vector<float*> buffers(n, nullptr);
+  std::vector<cudaStream_t> streams(n);
+  bool ok = true;
+  for (int i = 0; i < n && ok; ++i) {
+    ok = cudaSetDevice(i) == cudaSuccess && cudaMalloc(&buffers[i], bytes) == cudaSuccess &&
+         cudaMemset(buffers[i], 0, bytes) == cudaSuccess && cudaStreamCreate(&streams[i]) == cudaSuccess;
+  }
+  auto run = [&](int iterations) {
+    for (int it = 0; it < iterations && ok; ++it) {
+      ok = ncclGroupStart() == ncclSuccess;
+      for (int i = 0; i < n && ok; ++i)
+        ok = ncclAllReduce(buffers[i], buffers[i], bytes / sizeof(float), ncclFloat, ncclSum, comms[i], streams[i]) ==
+             ncclSuccess;
+      ok = ncclGroupEnd() == ncclSuccess && ok;
+    }
+    for (int i = 0; i < n && ok; ++i) ok = cudaSetDevice(i) == cudaSuccess && cudaStreamSynchronize(streams[i]) == cudaSuccess;
+  };
+  double gbps = 0;
+  run(2);  // warm-up: connection setup
+  const auto start = std::chrono::steady_clock::now();
+  const int iterations = 10;
+  run(iterations);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (ok && seconds > 0) gbps = 2.0 * (n - 1) / n * bytes * iterations / seconds / 1e9;
+  if (!ok) *note = "a CUDA or NCCL call failed during the probe";
+  for (int i = 0; i < n; ++i) {
+    cudaSetDevice(i);
+    if (buffers[i]) cudaFree(buffers[i]);
+    if (streams[i]) cudaStreamDestroy(streams[i]);
+    ncclCommDestroy(comms[i]);
+  }
+  return gbps;
+}
+#endif
+
+}  // namespace
+
+bool is_reference_blas(const std::string& path) {
+  // Debian's reference implementation lives in .../blas/libblas.so.3 (OpenBLAS in
+  // .../openblas-pthread/, BLIS in .../blis-*/, MKL as libmkl_rt).
+  return path.find("/blas/libblas") != std::string::npos || path.find("libblas.so.3.") != std::string::npos;
+}
+
+DoctorFacts gather_doctor_facts(const DoctorOptions& options) {
+  DoctorFacts f;
+  f.libtorch_version = TORCH_VERSION;
+  f.libtorch_cuda = torch::cuda::is_available();
+  f.blas_library = loaded_blas();
+  for (char** e = environ; e && *e; ++e)
+    if (std::strncmp(*e, "NCCL_", 5) == 0) f.nccl_env.emplace_back(*e);
+  struct statvfs shm {};
+  if (::statvfs("/dev/shm", &shm) == 0) {
+    f.shm_total_bytes = static_cast<std::int64_t>(shm.f_blocks) * static_cast<std::int64_t>(shm.f_frsize);
+    f.shm_free_bytes = static_cast<std::int64_t>(shm.f_bavail) * static_cast<std::int64_t>(shm.f_frsize);
+  }
+  const char* master_port = std::getenv("MASTER_PORT");
+  f.port_explicit = options.port > 0 || master_port != nullptr;
+  f.port = options.port > 0 ? options.port : master_port ? std::atoi(master_port) : 29500;
+  f.port_free = f.port > 0 && f.port < 65536 && port_is_free(f.port);
+  f.free_port = any_free_port();
+
+#ifdef FT_WITH_NCCL
+  f.nccl_built = true;
+  int version = 0;
+  if (ncclGetVersion(&version) == ncclSuccess)
+    f.nccl_version = str(version / 10000, ".", version % 10000 / 100, ".", version % 100);
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    cudaGetLastError();
+    count = 0;
+  }
+  Nvml nvml;
+  f.nvml = nvml.ok();
+  if (nvml.ok()) {
+    char version_text[96] = {0};
+    if (nvml.driver_version(version_text, sizeof(version_text)) == 0) f.driver_version = version_text;
+  }
+  f.peer.assign(count, std::vector<bool>(count, true));
+  for (int i = 0; i < count; ++i) {
+    cudaDeviceProp prop{};
+    cudaGetDeviceProperties(&prop, i);
+    GpuInfo g;
+    g.name = prop.name;
+    g.memory_bytes = static_cast<std::int64_t>(prop.totalGlobalMem);
+    char bus_id[32] = {0};
+    void* handle = nullptr;
+    if (nvml.ok() && nvml.by_bus_id && cudaDeviceGetPCIBusId(bus_id, sizeof(bus_id), i) == cudaSuccess &&
+        nvml.by_bus_id(bus_id, &handle) == 0) {
+      unsigned v = 0;
+      if (nvml.gen && nvml.gen(handle, &v) == 0) g.pcie_generation = static_cast<int>(v);
+      if (nvml.width && nvml.width(handle, &v) == 0) g.pcie_width = static_cast<int>(v);
+      if (nvml.max_gen && nvml.max_gen(handle, &v) == 0) g.pcie_max_generation = static_cast<int>(v);
+      if (nvml.max_width && nvml.max_width(handle, &v) == 0) g.pcie_max_width = static_cast<int>(v);
+    }
+    f.gpus.push_back(g);
+    for (int j = 0; j < count; ++j) {
+      int can = 1;
+      if (i != j && cudaDeviceCanAccessPeer(&can, i, j) == cudaSuccess) f.peer[i][j] = can != 0;
+    }
+  }
+  if (count >= 2 && options.probe) {
+    const std::size_t bytes = 256u << 20;
+    f.allreduce_gb_per_s = allreduce_probe(count, bytes, &f.allreduce_note);
+    if (f.allreduce_note.empty()) f.allreduce_note = str("fp32 all-reduce of 256 MiB across ", count, " GPUs");
+  } else {
+    f.allreduce_note = count >= 2 ? "skipped (--no-probe)" : "needs 2 or more GPUs";
+  }
+#else
+  f.allreduce_note = "this build has no NCCL";
+#endif
+  return f;
+}
+
+std::vector<DoctorFinding> doctor_findings(const DoctorFacts& f, const DoctorOptions& options) {
+  std::vector<DoctorFinding> out;
+  auto add = [&](Level level, const std::string& topic, const std::string& message, const std::string& fix = "") {
+    out.push_back({level, topic, message, fix});
+  };
+  const int gpus = static_cast<int>(f.gpus.size());
+  const bool want_gpus = options.expect_gpus > 0;
+
+  // LibTorch and NCCL.
+  if (f.libtorch_cuda) {
+    add(Level::kOk, "libtorch", str("LibTorch ", f.libtorch_version, " with CUDA"));
+  } else {
+    add(want_gpus ? Level::kFatal : Level::kInfo, "libtorch",
+        str("LibTorch ", f.libtorch_version, ", CPU build (or no usable CUDA device): training runs on the CPU"),
+        want_gpus ? "build against a CUDA LibTorch: cmake -DCMAKE_PREFIX_PATH=$(python3 -c 'import torch;"
+                    "print(torch.utils.cmake_prefix_path)')"
+                  : "");
+  }
+  if (f.nccl_built) {
+    add(Level::kOk, "nccl", str("NCCL communicator built, NCCL ", f.nccl_version.empty() ? "(version unknown)" : f.nccl_version));
+  } else {
+    add(options.expect_gpus > 1 ? Level::kFatal : Level::kInfo, "nccl", "this build has no NCCL communicator",
+        options.expect_gpus > 1 ? "install the CUDA toolkit with NCCL and rebuild with -DFT_WITH_NCCL=ON" : "");
+  }
+  // BLAS.
+  if (f.blas_library.empty()) {
+    add(Level::kWarning, "blas", "no BLAS library is loaded: CPU matrix products may use LibTorch's slow fallback",
+        "apt-get install libopenblas0-pthread");
+  } else if (is_reference_blas(f.blas_library)) {
+    add(Level::kWarning, "blas", str("CPU matrix products go through the reference BLAS (", f.blas_library,
+                                     "): about 40x slower than OpenBLAS"),
+        "apt-get install libopenblas0-pthread (or update-alternatives --config libblas.so.3-x86_64-linux-gnu)");
+  } else {
+    add(Level::kOk, "blas", str("CPU matrix products through ", f.blas_library));
+  }
+  // GPUs.
+  if (want_gpus && gpus < options.expect_gpus) {
+    add(Level::kFatal, "gpus", str("expected ", options.expect_gpus, " GPUs, found ", gpus),
+        gpus == 0 ? "check the NVIDIA driver (nvidia-smi), CUDA_VISIBLE_DEVICES and that this is a CUDA build"
+                  : "check CUDA_VISIBLE_DEVICES and nvidia-smi; start as many ranks as there are GPUs");
+  } else if (gpus == 0) {
+    add(Level::kInfo, "gpus", "no GPU: runs use the CPU and Gloo");
+  } else {
+    add(Level::kOk, "gpus", str(gpus, " GPU", gpus == 1 ? "" : "s", want_gpus && gpus > options.expect_gpus ?
+                                str(" (", options.expect_gpus, " expected: the run will use the first ones)") : ""));
+  }
+  for (int i = 0; i < gpus; ++i) {
+    const GpuInfo& g = f.gpus[i];
+    add(Level::kInfo, "gpus", str("GPU ", i, ": ", g.name, ", ", gib(g.memory_bytes)));
+    if (g.pcie_width > 0 && g.pcie_max_width > 0 && g.pcie_width < g.pcie_max_width)
+      add(Level::kWarning, "pcie", str("GPU ", i, " runs its PCIe link at x", g.pcie_width, " of x", g.pcie_max_width,
+                                       ": gradient traffic to it is slower"),
+          "move it to a full-width slot (or check the BIOS lane split)");
+    else if (g.pcie_generation > 0)
+      add(Level::kInfo, "pcie", str("GPU ", i, ": PCIe gen ", g.pcie_generation, " x", g.pcie_width, " (supports gen ",
+                                    g.pcie_max_generation, " x", g.pcie_max_width, "; idle GPUs lower the generation)"));
+  }
+  // Peer-to-peer access.
+  bool p2p_disable = false;
+  for (const auto& e : f.nccl_env) p2p_disable = p2p_disable || e.rfind("NCCL_P2P_DISABLE=1", 0) == 0;
+  for (int i = 0; i < gpus; ++i)
+    for (int j = i + 1; j < gpus; ++j) {
+      if (f.peer[i][j] && f.peer[j][i]) continue;
+      const bool geforce40 = f.gpus[i].name.find("RTX 40") != std::string::npos;
+      if (geforce40 && !p2p_disable) {
+        add(Level::kWarning, "p2p", str("GPUs ", i, " and ", j, " have no peer-to-peer access and NCCL_P2P_DISABLE is "
+                                        "not set: with some GeForce drivers NCCL then hangs"),
+            "export NCCL_P2P_DISABLE=1");
+      } else {
+        add(Level::kInfo, "p2p", str("GPUs ", i, " and ", j, " have no peer-to-peer access: NCCL copies through host "
+                                     "memory"));
+      }
+    }
+  if (gpus >= 2 && f.allreduce_gb_per_s > 0) {
+    add(f.allreduce_gb_per_s < 5 ? Level::kWarning : Level::kOk, "allreduce",
+        str(f.allreduce_note, ": ", f.allreduce_gb_per_s, " GB/s bus bandwidth"),
+        f.allreduce_gb_per_s < 5 ? "check the PCIe links above and NCCL_P2P_DISABLE / NCCL_SHM_DISABLE" : "");
+  } else {
+    add(Level::kInfo, "allreduce", str("bandwidth probe not run: ", f.allreduce_note));
+  }
+  add(Level::kInfo, "driver", f.nvml ? str("NVIDIA driver ", f.driver_version)
+                                     : std::string("NVML not found (no NVIDIA driver): driver and PCIe links not checked"));
+  // NCCL settings.
+  if (f.nccl_env.empty()) {
+    add(Level::kInfo, "nccl", "no NCCL_* variable set");
+  } else {
+    std::string list;
+    for (const auto& e : f.nccl_env) list += (list.empty() ? "" : " ") + e;
+    add(Level::kInfo, "nccl", "in effect: " + list);
+  }
+  // /dev/shm.
+  const int ranks = options.ranks > 0 ? options.ranks : options.expect_gpus > 0 ? options.expect_gpus : [] {
+    const char* local = std::getenv("LOCAL_WORLD_SIZE");
+    return local ? std::max(1, std::atoi(local)) : 1;
+  }();
+  if (f.shm_total_bytes < 0) {
+    add(Level::kFatal, "shm", "/dev/shm is missing: NCCL's shared-memory transport and the data loader need it",
+        "mount a tmpfs on /dev/shm (docker: --shm-size=16g)");
+  } else if (f.shm_free_bytes < kShmPerRank * ranks) {
+    add(Level::kWarning, "shm", str("/dev/shm has ", gib(f.shm_free_bytes), " free of ", gib(f.shm_total_bytes),
+                                    ", under 1 GiB for each of ", ranks, " local rank", ranks == 1 ? "" : "s",
+                                    ": NCCL may fail with bus errors"),
+        str("docker: --shm-size=", std::max(2, ranks * 2), "g; otherwise mount -o remount,size=", std::max(2, ranks * 2),
+            "G /dev/shm"));
+  } else {
+    add(Level::kOk, "shm", str("/dev/shm: ", gib(f.shm_free_bytes), " free"));
+  }
+  // Rendezvous port.
+  if (f.port_free) {
+    add(Level::kOk, "port", str("rendezvous port ", f.port, " is free"));
+  } else {
+    add(f.port_explicit ? Level::kFatal : Level::kWarning, "port",
+        str("rendezvous port ", f.port, f.port_explicit ? " (MASTER_PORT)" : " (the default)", " is in use"),
+        str("choose another: ft_launch --master_port ", f.free_port, " (free now)"));
+  }
+  return out;
+}
+
+}  // namespace ft::dist
