@@ -54,10 +54,24 @@ torch::Tensor LlamaForCausalLMImpl::forward(const torch::Tensor& ids, const Forw
   return logits(model(ids, options));
 }
 
+std::vector<NamedProjection> named_projections(LlamaForCausalLM& model) {
+  std::vector<NamedProjection> out;
+  for (std::size_t i = 0; i < model->model->layers.size(); ++i) {
+    const std::string prefix = "model.layers." + std::to_string(i) + ".";
+    auto& attn = model->model->layers[i]->self_attn;
+    auto& mlp = model->model->layers[i]->mlp;
+    for (const auto& [name, linear] : {std::pair{"self_attn.q_proj", attn->q_proj}, {"self_attn.k_proj", attn->k_proj},
+                                       {"self_attn.v_proj", attn->v_proj}, {"self_attn.o_proj", attn->o_proj},
+                                       {"mlp.gate_proj", mlp->gate_proj}, {"mlp.up_proj", mlp->up_proj},
+                                       {"mlp.down_proj", mlp->down_proj}})
+      out.emplace_back(prefix + name, linear.ptr());
+  }
+  return out;
+}
+
 void dequantize_projections(LlamaForCausalLM& model) {
   const c10::ScalarType dtype = model->output_weight().scalar_type();
-  for (const auto& module : model->modules(/*include_self=*/false))
-    if (auto linear = std::dynamic_pointer_cast<LinearImpl>(module)) linear->dequantize_weight(dtype);
+  for (const auto& [name, linear] : named_projections(model)) linear->dequantize_weight(dtype);
 }
 
 void init_weights(LlamaForCausalLM& model, std::uint64_t seed, double std) {

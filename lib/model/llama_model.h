@@ -9,6 +9,9 @@
 #include <torch/nn/pimpl.h>
 
 #include <functional>
+#include <memory>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "io/hf_config.h"
@@ -81,6 +84,12 @@ class LlamaForCausalLMImpl : public torch::nn::Module {
   io::LlamaConfig config_;
 };
 TORCH_MODULE(LlamaForCausalLM);
+
+// The seven projections of every decoder layer, in model order, named as their checkpoint keys
+// without ".weight": "model.layers.N.self_attn.q_proj", ..., "model.layers.N.mlp.down_proj". They
+// are what LoRA applies to and what model.quantize stores quantized (lm_head never is).
+using NamedProjection = std::pair<std::string, std::shared_ptr<LinearImpl>>;
+std::vector<NamedProjection> named_projections(LlamaForCausalLM& model);
 
 // Replaces every quantized projection weight by a dense frozen parameter holding its dequantized
 // values, in the dtype of the model's other weights (to write the model as an HF folder).

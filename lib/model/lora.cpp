@@ -32,22 +32,7 @@ std::string known_projections() {
   return s;
 }
 
-using Projection = std::pair<std::string, std::shared_ptr<LinearImpl>>;
-
-// Every projection LoRA can apply to, in model order: model.layers.N.{self_attn,mlp}.*_proj.
-std::vector<Projection> projections(LlamaForCausalLM& model) {
-  const auto& kinds = io::llama_linear_modules();
-  std::vector<Projection> out;
-  for (const auto& item : model->named_modules("", /*include_self=*/false)) {
-    auto linear = std::dynamic_pointer_cast<LinearImpl>(item.value());
-    if (!linear) continue;
-    if (std::find(kinds.begin(), kinds.end(), leaf_name(item.key())) == kinds.end()) continue;
-    out.emplace_back(item.key(), linear);
-  }
-  return out;
-}
-
-void check_no_lora(const std::vector<Projection>& all) {
+void check_no_lora(const std::vector<NamedProjection>& all) {
   for (const auto& [name, linear] : all)
     FT_CHECK(!linear->has_lora(), "the model already has LoRA on '", name,
              "'; merge it (merge_lora) before adding another adapter");
@@ -55,7 +40,7 @@ void check_no_lora(const std::vector<Projection>& all) {
 
 // The projections `targets` selects; throws when a name is not a projection or nothing matches.
 // `source` (a file, or "") prefixes the messages.
-std::vector<Projection> select(const std::vector<Projection>& all, const io::LoraTargets& targets,
+std::vector<NamedProjection> select(const std::vector<NamedProjection>& all, const io::LoraTargets& targets,
                                const std::string& source) {
   const std::string where = source.empty() ? "" : source + ": ";
   if (targets.regex.empty() && !targets.all_linear()) {
@@ -64,7 +49,7 @@ std::vector<Projection> select(const std::vector<Projection>& all, const io::Lor
       FT_CHECK(std::find(kinds.begin(), kinds.end(), leaf_name(name)) != kinds.end(), where, "target_modules: \"", name,
                "\" is not a projection LoRA can apply to (expected some of ", known_projections(), ", or all-linear)");
   }
-  std::vector<Projection> selected;
+  std::vector<NamedProjection> selected;
   for (const auto& p : all)
     if (targets.matches(p.first)) selected.push_back(p);
   FT_CHECK(!selected.empty(), where, "target_modules (", targets.describe(), ") selects no module of the model (LoRA applies to ",
@@ -73,7 +58,7 @@ std::vector<Projection> select(const std::vector<Projection>& all, const io::Lor
 }
 
 // Enables the branch on `selected` and freezes the base: only LoRA weights keep requires_grad.
-void enable(LlamaForCausalLM& model, const std::vector<Projection>& selected, const LoraOptions& options) {
+void enable(LlamaForCausalLM& model, const std::vector<NamedProjection>& selected, const LoraOptions& options) {
   FT_CHECK(options.r > 0, "LoRA rank r must be positive, got ", options.r);
   for (auto& p : model->parameters()) p.requires_grad_(false);
   for (const auto& [name, linear] : selected) {
@@ -121,7 +106,7 @@ io::PeftAdapterConfig peft_adapter_config(const LoraOptions& options, const std:
 }
 
 std::vector<std::string> apply_lora(LlamaForCausalLM& model, const LoraOptions& options, std::uint64_t seed) {
-  auto all = projections(model);
+  auto all = named_projections(model);
   check_no_lora(all);
   auto selected = select(all, options.targets, "");
   enable(model, selected, options);
@@ -141,14 +126,14 @@ std::vector<std::string> apply_lora(LlamaForCausalLM& model, const LoraOptions& 
 }
 
 bool has_lora(LlamaForCausalLM& model) {
-  for (const auto& p : projections(model))
+  for (const auto& p : named_projections(model))
     if (p.second->has_lora()) return true;
   return false;
 }
 
 io::NamedTensors lora_parameters(LlamaForCausalLM& model) {
   io::NamedTensors out;
-  for (const auto& [name, linear] : projections(model)) {
+  for (const auto& [name, linear] : named_projections(model)) {
     if (!linear->has_lora()) continue;
     out.emplace_back(name + ".lora_A.weight", linear->lora_A->weight);
     out.emplace_back(name + ".lora_B.weight", linear->lora_B->weight);
@@ -166,7 +151,7 @@ io::NamedTensors lora_adapter_tensors(LlamaForCausalLM& model) {
 void merge_lora(LlamaForCausalLM& model) {
   torch::NoGradGuard no_grad;
   const c10::ScalarType dtype = model->output_weight().scalar_type();
-  for (const auto& [name, linear] : projections(model)) {
+  for (const auto& [name, linear] : named_projections(model)) {
     if (!linear->has_lora()) continue;
     linear->dequantize_weight(dtype);  // a quantized base: merge into its dequantized values
     auto delta = torch::mm(linear->lora_B->weight.to(torch::kFloat), linear->lora_A->weight.to(torch::kFloat));
@@ -183,7 +168,7 @@ LoraOptions load_adapter(LlamaForCausalLM& model, const std::string& dir) {
   LoraOptions options = lora_options(adapter.config);
   const std::int64_t r = options.r;
 
-  auto all = projections(model);
+  auto all = named_projections(model);
   check_no_lora(all);
   auto selected = select(all, adapter.config.target_modules, config_file);
   std::map<std::string, std::shared_ptr<LinearImpl>> by_name(all.begin(), all.end());

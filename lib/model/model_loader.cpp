@@ -102,13 +102,22 @@ void check_compute_dtype(c10::ScalarType dtype, c10::Device device, const std::s
            device.is_cpu() ? "bf16 or fp32 on CPU" : "another dtype");
 }
 
+std::int64_t QuantizationReport::dense_bytes() const {
+  std::int64_t n = 0;
+  for (const auto& t : tensors) n += t.dense_bytes;
+  return n;
+}
+
+std::int64_t QuantizationReport::quantized_bytes() const {
+  std::int64_t n = 0;
+  for (const auto& t : tensors) n += t.quantized_bytes;
+  return n;
+}
+
 std::string QuantizationReport::summary() const {
-  std::int64_t dense = 0, quantized = 0;
   double sum = 0;
   const Tensor* worst = nullptr;
   for (const auto& t : tensors) {
-    dense += t.dense_bytes;
-    quantized += t.quantized_bytes;
     sum += t.error.relative_rms;
     if (!worst || t.error.relative_rms > worst->error.relative_rms) worst = &t;
   }
@@ -117,8 +126,8 @@ std::string QuantizationReport::summary() const {
   };
   std::ostringstream s;
   s.precision(4);
-  s << quantization_name(quantization) << ": " << tensors.size() << " tensors, " << size(dense) << " -> "
-    << size(quantized);
+  s << quantization_name(quantization) << ": " << tensors.size() << " tensors, " << size(dense_bytes()) << " -> "
+    << size(quantized_bytes());
   if (worst)
     s << "; round-trip relative RMS error mean " << sum / static_cast<double>(tensors.size()) << ", worst "
       << worst->error.relative_rms << " (" << worst->name << ")";
@@ -141,10 +150,10 @@ void load_weights(LlamaForCausalLM& model, const io::WeightSource& weights, Quan
   for (auto& p : model->named_parameters())
     load(p.key(), p.value().sizes(), [&](const at::Tensor& value) { p.value().copy_(value); });
   const c10::ScalarType dtype = model->output_weight().scalar_type();
-  for (const auto& item : model->named_modules("", /*include_self=*/false)) {
-    auto linear = std::dynamic_pointer_cast<LinearImpl>(item.value());
-    if (!linear || !linear->is_quantized()) continue;
-    const std::string name = item.key() + ".weight";
+  for (const auto& projection : named_projections(model)) {
+    const auto& linear = projection.second;
+    if (!linear->is_quantized()) continue;
+    const std::string name = projection.first + ".weight";
     load(name, {linear->out_features(), linear->in_features()}, [&](const at::Tensor& value) {
       linear->set_weight(value);
       if (!report) return;

@@ -36,6 +36,9 @@ struct QuantizationReport {
   Quantization quantization = Quantization::kNone;
   std::vector<Tensor> tensors;
 
+  std::int64_t dense_bytes() const;      // summed over the tensors
+  std::int64_t quantized_bytes() const;
+
   // "nf4: 280 tensors, 25.4 GB -> 3.57 GB; round-trip relative RMS error mean 0.0931, worst
   // 0.1012 (model.layers.3.mlp.down_proj.weight)"
   std::string summary() const;

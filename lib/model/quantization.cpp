@@ -14,9 +14,18 @@ namespace {
 
 std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
 
-// Code book tensors per device, built once: they are read by every dequantization.
-torch::Tensor as_tensor(const float* values, std::int64_t n, const torch::Device& device) {
-  return torch::from_blob(const_cast<float*>(values), {n}, torch::kFloat).to(device, /*non_blocking=*/false, /*copy=*/true);
+// The code books as tensors: made once on the CPU, copied to another device on use.
+template <std::size_t N>
+torch::Tensor as_tensor(const std::array<float, N>& code) {
+  return torch::from_blob(const_cast<float*>(code.data()), {static_cast<std::int64_t>(N)}, torch::kFloat).clone();
+}
+torch::Tensor nf4_code_tensor(const torch::Device& device) {
+  static const torch::Tensor cpu = as_tensor(nf4_code_book());
+  return device.is_cpu() ? cpu : cpu.to(device);
+}
+torch::Tensor dynamic_map_tensor(const torch::Device& device) {
+  static const torch::Tensor cpu = as_tensor(dynamic_map_code());
+  return device.is_cpu() ? cpu : cpu.to(device);
 }
 
 // Boundaries halfway between consecutive code values: bucketize() against them gives the index of
@@ -163,14 +172,14 @@ void QuantizedWeightImpl::assign(const torch::Tensor& weight) {
   const auto block = blocked(w.flatten(), kNf4BlockSize);               // [blocks, 64]
   const auto absmax = block.abs().amax(1);                              // [blocks]
   const auto normalized = block * safe_reciprocal(absmax).unsqueeze(1);  // as bitsandbytes: times 1/absmax
-  const auto index = nearest_code(normalized, as_tensor(nf4_code_book().data(), 16, w.device())).view({-1, 2});
+  const auto index = nearest_code(normalized, nf4_code_tensor(w.device())).view({-1, 2});
   codes.copy_(index.select(1, 0) * 16 + index.select(1, 1));            // high nibble first
   // Double quantization of the block absmaxes.
   const auto offset = absmax.mean();
   const auto centred = blocked(absmax - offset, kNf4AbsmaxBlockSize);   // [blocks / 256, 256]
   const auto absmax2 = centred.abs().amax(1);
-  const auto code2 = as_tensor(dynamic_map_code().data(), 256, w.device());
-  const auto index2 = nearest_code(centred * safe_reciprocal(absmax2).unsqueeze(1), code2).flatten();
+  const auto index2 =
+      nearest_code(centred * safe_reciprocal(absmax2).unsqueeze(1), dynamic_map_tensor(w.device())).flatten();
   absmax_codes.copy_(index2.slice(0, 0, absmax.numel()));
   absmax_scale.copy_(absmax2);
   absmax_offset.copy_(offset.reshape({1}));
@@ -226,11 +235,10 @@ torch::Tensor QuantizedWeightImpl::dequantize(c10::ScalarType dtype) const {
 }
 
 torch::Tensor QuantizedWeightImpl::block_absmax() const {
-  static const torch::Tensor cpu_code2 = as_tensor(dynamic_map_code().data(), 256, torch::kCPU);
-  const torch::Tensor code2 = codes.device().is_cpu() ? cpu_code2 : cpu_code2.to(codes.device());
   const std::int64_t blocks = absmax_codes.numel();
   const auto scale2 = absmax_scale.repeat_interleave(kNf4AbsmaxBlockSize).slice(0, 0, blocks);
-  return code2.index_select(0, absmax_codes.to(torch::kInt)) * scale2 + absmax_offset;
+  return dynamic_map_tensor(codes.device()).index_select(0, absmax_codes.to(torch::kInt)) * scale2 +
+         absmax_offset;
 }
 
 torch::Tensor QuantizedWeightImpl::dequantize_with_tensor_ops(c10::ScalarType dtype) const {

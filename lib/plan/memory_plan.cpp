@@ -40,8 +40,14 @@ struct Shapes {
 };
 
 Shapes shapes_of(const io::LlamaConfig& m) {
-  Shapes s{m.num_hidden_layers, m.hidden_size, m.num_attention_heads, m.num_key_value_heads, m.head_dim,
-           m.intermediate_size, m.vocab_size};
+  Shapes s;
+  s.layers = m.num_hidden_layers;
+  s.hidden = m.hidden_size;
+  s.heads = m.num_attention_heads;
+  s.kv_heads = m.num_key_value_heads;
+  s.head_dim = m.head_dim;
+  s.intermediate = m.intermediate_size;
+  s.vocab = m.vocab_size;
   s.projections = layer_projections(m);
   for (const auto& p : s.projections) {
     s.layer_params += p.rows * p.cols;

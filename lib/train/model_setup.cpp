@@ -30,13 +30,9 @@ TrainableModel build_trainable_model(const config::RunConfig& c, const data::Tok
   // card can start.
   load.device = c.parallel.strategy == "fsdp" ? c10::Device(c10::kCPU) : device;
   load.quantize = model::parse_quantization(c.model.quantize, "model.quantize");
-  if (load.quantize != model::Quantization::kNone) {
-    tm.quantization.emplace();
-    tm.model = model::load_llama(c.model.path, load, &*tm.quantization);
-    log::info("base quantized to ", tm.quantization->summary());
-  } else {
-    tm.model = model::load_llama(c.model.path, load);
-  }
+  if (load.quantize != model::Quantization::kNone) tm.quantization.emplace();
+  tm.model = model::load_llama(c.model.path, load, tm.quantization ? &*tm.quantization : nullptr);
+  if (tm.quantization) log::info("base quantized to ", tm.quantization->summary());
   FT_CHECK(tokenizer.vocab_size() <= tm.model->config().vocab_size, tokenizer.path(), " has ", tokenizer.vocab_size(),
            " pieces but the model's vocab_size is ", tm.model->config().vocab_size);
   if (c.lora) {

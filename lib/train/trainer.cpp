@@ -51,16 +51,12 @@ Json eval_record(std::int64_t step, const EvalResult& r) {
 // RUN_DIR/quantization.json: what quantizing the base did to each tensor.
 Json quantization_json(const model::QuantizationReport& report) {
   Json tensors = Json::array();
-  std::int64_t dense = 0, quantized = 0;
-  for (const auto& t : report.tensors) {
+  for (const auto& t : report.tensors)
     tensors.push_back({{"name", t.name}, {"dense_bytes", t.dense_bytes}, {"quantized_bytes", t.quantized_bytes},
                        {"relative_rms_error", t.error.relative_rms}, {"max_abs_error", t.error.max_abs}});
-    dense += t.dense_bytes;
-    quantized += t.quantized_bytes;
-  }
   return Json{{"quantization", model::quantization_name(report.quantization)},
-              {"dense_bytes", dense},
-              {"quantized_bytes", quantized},
+              {"dense_bytes", report.dense_bytes()},
+              {"quantized_bytes", report.quantized_bytes()},
               {"tensors", tensors}};
 }
 
