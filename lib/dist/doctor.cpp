@@ -21,6 +21,7 @@
 #include <nccl.h>
 #endif
 
+#include "dist/gpu_checks.h"
 #include "util/error.h"
 
 extern char** environ;
@@ -197,24 +198,19 @@ DoctorFacts gather_doctor_facts(const DoctorOptions& options) {
   int version = 0;
   if (ncclGetVersion(&version) == ncclSuccess)
     f.nccl_version = str(version / 10000, ".", version % 10000 / 100, ".", version % 100);
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess) {
-    cudaGetLastError();
-    count = 0;
-  }
+  const GpuFacts visible = read_gpu_facts();
+  const int count = visible.visible_devices;
+  f.peer = visible.peer;
   Nvml nvml;
   f.nvml = nvml.ok();
   if (nvml.ok()) {
     char version_text[96] = {0};
     if (nvml.driver_version(version_text, sizeof(version_text)) == 0) f.driver_version = version_text;
   }
-  f.peer.assign(count, std::vector<bool>(count, true));
   for (int i = 0; i < count; ++i) {
-    cudaDeviceProp prop{};
-    cudaGetDeviceProperties(&prop, i);
     GpuInfo g;
-    g.name = prop.name;
-    g.memory_bytes = static_cast<std::int64_t>(prop.totalGlobalMem);
+    g.name = visible.names[i];
+    g.memory_bytes = visible.memory_bytes[i];
     char bus_id[32] = {0};
     void* handle = nullptr;
     if (nvml.ok() && nvml.by_bus_id && cudaDeviceGetPCIBusId(bus_id, sizeof(bus_id), i) == cudaSuccess &&
@@ -226,10 +222,6 @@ DoctorFacts gather_doctor_facts(const DoctorOptions& options) {
       if (nvml.max_width && nvml.max_width(handle, &v) == 0) g.pcie_max_width = static_cast<int>(v);
     }
     f.gpus.push_back(g);
-    for (int j = 0; j < count; ++j) {
-      int can = 1;
-      if (i != j && cudaDeviceCanAccessPeer(&can, i, j) == cudaSuccess) f.peer[i][j] = can != 0;
-    }
   }
   if (count >= 2 && options.probe) {
     const std::size_t bytes = 256u << 20;
@@ -307,8 +299,7 @@ std::vector<DoctorFinding> doctor_findings(const DoctorFacts& f, const DoctorOpt
   for (int i = 0; i < gpus; ++i)
     for (int j = i + 1; j < gpus; ++j) {
       if (f.peer[i][j] && f.peer[j][i]) continue;
-      const bool geforce40 = f.gpus[i].name.find("RTX 40") != std::string::npos;
-      if (geforce40 && !p2p_disable) {
+      if (geforce40_pair(f.gpus[i].name, f.gpus[j].name) && !p2p_disable) {
         add(Level::kWarning, "p2p", str("GPUs ", i, " and ", j, " have no peer-to-peer access and NCCL_P2P_DISABLE is "
                                         "not set: with some GeForce drivers NCCL then hangs"),
             "export NCCL_P2P_DISABLE=1");

@@ -24,8 +24,7 @@ std::vector<GpuFinding> gpu_findings(const GpuFacts& f, const RankEnv& env) {
   for (int i = 0; i < n; ++i) {
     for (int j = 0; j < n; ++j) {
       if (i == j || f.peer[i][j]) continue;
-      const bool geforce40 = f.names[i].find("RTX 40") != std::string::npos || f.names[j].find("RTX 40") != std::string::npos;
-      if (!geforce40) continue;
+      if (!geforce40_pair(f.names[i], f.names[j])) continue;
       out.push_back({false, str("GPUs ", i, " and ", j, " (", f.names[i],
                                 ") have no peer-to-peer access and NCCL_P2P_DISABLE is not set: with some GeForce "
                                 "drivers NCCL then hangs; export NCCL_P2P_DISABLE=1 before starting the run")});
@@ -35,13 +34,17 @@ std::vector<GpuFinding> gpu_findings(const GpuFacts& f, const RankEnv& env) {
   return out;
 }
 
-std::vector<GpuFinding> check_gpu_setup(const RankEnv& env) {
+bool geforce40_pair(const std::string& a, const std::string& b) {
+  return a.find("RTX 40") != std::string::npos || b.find("RTX 40") != std::string::npos;
+}
+
+GpuFacts read_gpu_facts() {
   GpuFacts facts;
 #ifdef FT_WITH_NCCL
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess) {
     cudaGetLastError();
-    return {};
+    return facts;
   }
   facts.visible_devices = count;
   facts.peer.assign(count, std::vector<bool>(count, true));
@@ -49,6 +52,7 @@ std::vector<GpuFinding> check_gpu_setup(const RankEnv& env) {
     cudaDeviceProp prop{};
     cudaGetDeviceProperties(&prop, i);
     facts.names.push_back(prop.name);
+    facts.memory_bytes.push_back(static_cast<std::int64_t>(prop.totalGlobalMem));
     for (int j = 0; j < count; ++j) {
       int can = 1;
       if (i != j && cudaDeviceCanAccessPeer(&can, i, j) == cudaSuccess) facts.peer[i][j] = can != 0;
@@ -56,7 +60,9 @@ std::vector<GpuFinding> check_gpu_setup(const RankEnv& env) {
   }
   facts.nccl_p2p_disable_set = std::getenv("NCCL_P2P_DISABLE") != nullptr;
 #endif
-  return gpu_findings(facts, env);
+  return facts;
 }
+
+std::vector<GpuFinding> check_gpu_setup(const RankEnv& env) { return gpu_findings(read_gpu_facts(), env); }
 
 }  // namespace ft::dist

@@ -6,6 +6,7 @@
 // Without CUDA in the build (or without a GPU) there is nothing to check.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -26,7 +27,15 @@ struct GpuFacts {
   std::vector<std::string> names;        // per device
   std::vector<std::vector<bool>> peer;   // peer[i][j]: i can access j
   bool nccl_p2p_disable_set = false;
+  std::vector<std::int64_t> memory_bytes;  // per device
 };
 std::vector<GpuFinding> gpu_findings(const GpuFacts& facts, const RankEnv& env);
+
+// The visible GPUs as CUDA reports them (none without CUDA in the build or without a driver).
+GpuFacts read_gpu_facts();
+
+// Two GPUs without peer access where one is a GeForce 40: the pair whose NCCL hangs with some
+// drivers unless NCCL_P2P_DISABLE=1.
+bool geforce40_pair(const std::string& a, const std::string& b);
 
 }  // namespace ft::dist

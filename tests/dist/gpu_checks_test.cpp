@@ -15,7 +15,7 @@ RankEnv local(int world) {
 TEST(GpuChecks, NoGpuNothingToSay) { EXPECT_TRUE(gpu_findings(GpuFacts{}, local(2)).empty()); }
 
 TEST(GpuChecks, TwoRanksOnOneGpuIsFatal) {
-  GpuFacts f{1, {"NVIDIA H200"}, {{true}}, false};
+  GpuFacts f{1, {"NVIDIA H200"}, {{true}}, false, {}};
   auto out = gpu_findings(f, local(2));
   ASSERT_EQ(out.size(), 1u);
   EXPECT_TRUE(out[0].fatal);
@@ -24,14 +24,14 @@ TEST(GpuChecks, TwoRanksOnOneGpuIsFatal) {
 }
 
 TEST(GpuChecks, Geforce40WithoutP2pNeedsNcclP2pDisable) {
-  GpuFacts f{2, {"NVIDIA GeForce RTX 4090", "NVIDIA GeForce RTX 4090"}, {{true, false}, {false, true}}, false};
+  GpuFacts f{2, {"NVIDIA GeForce RTX 4090", "NVIDIA GeForce RTX 4090"}, {{true, false}, {false, true}}, false, {}};
   auto out = gpu_findings(f, local(2));
   ASSERT_EQ(out.size(), 1u);
   EXPECT_FALSE(out[0].fatal);
   EXPECT_NE(out[0].message.find("export NCCL_P2P_DISABLE=1"), std::string::npos) << out[0].message;
   f.nccl_p2p_disable_set = true;
   EXPECT_TRUE(gpu_findings(f, local(2)).empty());
-  f = GpuFacts{2, {"NVIDIA A100", "NVIDIA A100"}, {{true, false}, {false, true}}, false};
+  f = GpuFacts{2, {"NVIDIA A100", "NVIDIA A100"}, {{true, false}, {false, true}}, false, {}};
   EXPECT_TRUE(gpu_findings(f, local(2)).empty());  // not a GeForce: NCCL copes
 }
 
