@@ -40,6 +40,8 @@ ft::Json to_json(const ft::plan::MemoryPlan& plan) {
                             {"host_optimizer", m.host_optimizer},
                             {"comm_buckets", m.comm_buckets},
                             {"gathered", m.gathered},
+                            {"gathered_resident", m.gathered_resident},
+                            {"host_batches", m.host_batches},
                             {"activations_checkpointed", m.activations_checkpointed},
                             {"activations_full", m.activations_full},
                             {"overhead", m.overhead}}}});
@@ -80,6 +82,8 @@ int run(int argc, char** argv) {
       ("gpus", "GPUs (ranks) the run will use", cxxopts::value<std::int64_t>()->default_value("1"))
       ("gpu-mem-gb", "memory per GPU in GB (1e9 bytes)", cxxopts::value<double>()->default_value("24"))
       ("seq-len", "tokens per sequence (default: data.max_seq_len)", cxxopts::value<std::int64_t>()->default_value("0"))
+      ("micro-batch", "plan at this micro-batch (e.g. the config's) instead of the largest that fits",
+       cxxopts::value<std::int64_t>()->default_value("0"))
       ("json", "print the plan as JSON")
       ("h,help", "show this help");
   auto args = options.parse(argc, argv);
@@ -91,6 +95,8 @@ int run(int argc, char** argv) {
   plan_options.gpus = args["gpus"].as<std::int64_t>();
   plan_options.gpu_mem_gb = args["gpu-mem-gb"].as<double>();
   plan_options.seq_len = args["seq-len"].as<std::int64_t>();
+  plan_options.micro_batch = args["micro-batch"].as<std::int64_t>();
+  if (plan_options.micro_batch < 0) throw ft::app::UsageError{"--micro-batch must be positive"};
   if (plan_options.gpus <= 0) throw ft::app::UsageError{"--gpus must be positive"};
   if (plan_options.gpu_mem_gb <= 0) throw ft::app::UsageError{"--gpu-mem-gb must be positive"};
   if (plan_options.seq_len < 0) throw ft::app::UsageError{"--seq-len must be positive"};

@@ -93,29 +93,52 @@ std::int64_t lora_parameters(const Shapes& s, const model::LoraOptions& o, std::
   return n;
 }
 
-// Bytes autograd keeps for one decoder layer and `tokens` tokens (b · s), our eager LLaMA layer:
-// norms in fp32, q/k/v and their rotary outputs, K/V repeated for the query heads, the s² attention
-// scores (compute dtype), fp32 scores + bias, fp32 softmax, probabilities (compute dtype), the
-// SwiGLU intermediates; a LoRA branch keeps its input in fp32 (and a dropout mask and copy).
-std::int64_t layer_activation_bytes(const Shapes& s, std::int64_t batch, std::int64_t seq, std::int64_t d,
+// Bytes autograd keeps for one decoder layer and `tokens` tokens (b · s) in our eager LLaMA
+// layer (model/decoder_layer.cpp and what it calls), tensor by tensor; a tensor converted to the
+// dtype it already has is the same tensor, so fp32 (d = 4) keeps fewer than bf16:
+//   each RMSNorm: its fp32 input, the normalized value in d (for its weight's gradient: not with
+//   LoRA), the output in d (the projections' input);
+//   attention: q after rotary, K and V (repeated to the query heads when grouped: the copies are
+//   kept, the originals not), the fp32 softmax output and, below fp32, the probabilities in d
+//   (s² per head), the attention output (o_proj's input);
+//   SwiGLU: gate, silu(gate), up and their product; a LoRA branch: its fp32 input (below fp32),
+//   the rank-r hidden, and with dropout the mask and the dropped copy.
+// The scores themselves are transient (see attention_peak_bytes).
+std::int64_t layer_activation_bytes(const Shapes& s, std::int64_t batch, std::int64_t seq, std::int64_t d, bool lora,
                                     const std::vector<std::int64_t>& lora_inputs, std::int64_t r, bool dropout) {
   const std::int64_t t = batch * seq;
   const std::int64_t h = s.hidden, q = s.heads * s.head_dim, kv = s.kv_heads * s.head_dim;
+  const bool grouped = s.heads != s.kv_heads;
+  const std::int64_t below_fp32 = d < 4 ? 1 : 0;
   std::int64_t bytes = 0;
-  bytes += 2 * t * h * (d + 4 + d);                 // two RMSNorms: input, fp32 copy, output
-  bytes += t * (q + 2 * kv) * d;                    // q, k, v projections
-  bytes += t * (q + kv) * d;                        // rotary outputs
-  bytes += 2 * t * q * d;                           // K and V repeated to the query heads
-  bytes += batch * s.heads * seq * seq * (d + 4 + 4 + d);  // scores, fp32 + bias, softmax, probs
-  bytes += t * q * d;                               // attention output (o_proj input)
-  bytes += 4 * t * s.intermediate * d;              // gate, silu(gate), up, product
-  for (std::int64_t in : lora_inputs) bytes += t * (in * 4 + r * 4 + (dropout ? in * 5 : 0));
+  bytes += 2 * t * h * (4 + (lora ? 0 : d) + d);         // two RMSNorms (a frozen weight needs no normalized value)
+  bytes += t * q * d + (grouped ? 2 * t * q : 2 * t * kv) * d;  // q (rotary), K and V
+  bytes += batch * s.heads * seq * seq * (4 + below_fp32 * d);  // softmax output, probabilities
+  bytes += t * q * d;                                    // attention output
+  bytes += 4 * t * s.intermediate * d;                   // gate, silu(gate), up, product
+  for (std::int64_t in : lora_inputs) bytes += t * (below_fp32 * in * 4 + r * 4 + (dropout ? in * 5 : 0));
   return bytes;
 }
 
-// Logits in the compute dtype, their fp32 log-softmax and its gradient.
+// What lives only while one layer's attention runs backward, on top of what is kept: the
+// softmax gradient's fp32 input and output (s² each per head; the peak of a step, measured).
+std::int64_t attention_backward_bytes(const Shapes& s, std::int64_t batch, std::int64_t seq) {
+  return batch * s.heads * seq * seq * (4 + 4);
+}
+
+// The additive attention mask every layer of a forward shares ([b, 1, s, s] fp32).
+std::int64_t mask_bytes(std::int64_t batch, std::int64_t seq) { return batch * seq * seq * 4; }
+
+// Kept at the edges of the stack: the final RMSNorm (as a layer's) and the loss's fp32
+// log-softmax over the vocabulary.
+std::int64_t edge_activation_bytes(const Shapes& s, std::int64_t batch, std::int64_t seq, std::int64_t d, bool lora) {
+  return batch * seq * s.hidden * (4 + (lora ? 0 : d) + d) + batch * (seq - 1) * s.vocab * 4;
+}
+
+// Alive only at the end of the forward: the logits in d, their shifted copy and (below fp32) its
+// fp32 conversion for the loss.
 std::int64_t logits_bytes(const Shapes& s, std::int64_t batch, std::int64_t seq, std::int64_t d) {
-  return batch * seq * s.vocab * (d + 4 + 4);
+  return batch * seq * s.vocab * d + batch * (seq - 1) * s.vocab * (d + (d < 4 ? 4 : 0));
 }
 
 std::string gb(std::int64_t bytes) {
@@ -164,11 +187,14 @@ MemoryBreakdown memory_for(const config::RunConfig& run, const io::LlamaConfig& 
     const std::int64_t psi = s.params;
     m.weights = strategy == "fsdp" ? div_up(d * psi, w) : d * psi;
     m.gradients = sharded_grads ? div_up(d * psi, w) : d * psi;
-    const std::int64_t per_param = (mixed || zero) ? 12 : 8;  // fp32 DDP: the parameters are the master
+    // fp32 DDP and FSDP: the parameters (FSDP: their shard) are the master; ZeRO-1/2 keep a
+    // separate fp32 master shard.
+    const std::int64_t per_param = (mixed || strategy == "zero1" || strategy == "zero2") ? 12 : 8;
     m.optimizer = zero ? div_up(per_param * psi, w) : per_param * psi;
     if (strategy == "fsdp") {
       m.comm_buckets = 3 * s.layer_params * d;               // gradient staging of up to three layers
-      m.gathered = s.root_params * d + 2 * s.layer_params * d;  // the root unit and two layers whole
+      m.gathered_resident = s.root_params * d;                 // the root unit stays whole
+      m.gathered = m.gathered_resident + 2 * s.layer_params * d;  // and two layers at a time
     } else {
       m.comm_buckets = buckets_in_flight * std::min(bucket, d * psi);
     }
@@ -177,10 +203,20 @@ MemoryBreakdown memory_for(const config::RunConfig& run, const io::LlamaConfig& 
     m.host_optimizer = m.optimizer + div_up(4 * (lora ? 0 : s.params), w);
     m.optimizer = 0;
   }
-  const std::int64_t layer = layer_activation_bytes(s, micro_batch, seq_len, d, lora_inputs, r, dropout);
-  const std::int64_t edges = micro_batch * seq_len * s.hidden * (d + d + 4 + d) + logits_bytes(s, micro_batch, seq_len, d);
-  m.activations_full = s.layers * layer + edges;
-  m.activations_checkpointed = s.layers * micro_batch * seq_len * s.hidden * d + layer + edges;
+  // The prefetched steps and the one training: ids, labels, positions and segments (int64).
+  const std::int64_t accumulation = std::max<std::int64_t>(1, run.train.global_batch_size / (micro_batch * w));
+  m.host_batches = (run.data.prefetch + 1) * accumulation * micro_batch * seq_len * 4 * 8;
+  // The peak of a step comes either at the end of the forward (everything kept, the logits and the
+  // mask) or in the backward of the top layer's attention (the loss's buffers freed by then);
+  // with checkpointing, each layer's input is kept and one layer at a time is recomputed (its
+  // mask with it).
+  const std::int64_t layer = layer_activation_bytes(s, micro_batch, seq_len, d, lora, lora_inputs, r, dropout);
+  const std::int64_t forward_end = edge_activation_bytes(s, micro_batch, seq_len, d, lora) +
+                                   logits_bytes(s, micro_batch, seq_len, d) + mask_bytes(micro_batch, seq_len);
+  const std::int64_t top_attention_backward = attention_backward_bytes(s, micro_batch, seq_len);
+  m.activations_full = s.layers * layer + std::max(forward_end, top_attention_backward);
+  m.activations_checkpointed = s.layers * micro_batch * seq_len * s.hidden * d +
+                               std::max(forward_end, layer + top_attention_backward + mask_bytes(micro_batch, seq_len));
   m.activations = run.train.activation_checkpointing ? m.activations_checkpointed : m.activations_full;
   m.overhead = kFrameworkOverhead;
   return m;
@@ -188,6 +224,7 @@ MemoryBreakdown memory_for(const config::RunConfig& run, const io::LlamaConfig& 
 
 MemoryPlan plan_memory(const config::RunConfig& run, const io::LlamaConfig& model, const PlanOptions& options) {
   FT_CHECK(options.gpus > 0, "--gpus must be positive, got ", options.gpus);
+  FT_CHECK(options.micro_batch >= 0, "--micro-batch must be positive, got ", options.micro_batch);
   FT_CHECK(options.gpu_mem_gb > 0, "--gpu-mem-gb must be positive, got ", options.gpu_mem_gb);
   MemoryPlan plan;
   plan.options = options;
@@ -206,7 +243,11 @@ MemoryPlan plan_memory(const config::RunConfig& run, const io::LlamaConfig& mode
     p.lora = lora;
     const std::string strategy = lora ? name.substr(5) : name;
     auto at = [&](std::int64_t b) { return memory_for(run, model, strategy, lora, b, plan.seq_len, options.gpus); };
-    for (std::int64_t b = 1; b <= options.max_micro_batch && at(b).total() <= capacity; ++b) p.micro_batch = b;
+    if (options.micro_batch > 0) {
+      p.micro_batch = at(options.micro_batch).total() <= capacity ? options.micro_batch : 0;
+    } else {
+      for (std::int64_t b = 1; b <= options.max_micro_batch && at(b).total() <= capacity; ++b) p.micro_batch = b;
+    }
     p.fits = p.micro_batch > 0;
     p.at_micro_batch = at(std::max<std::int64_t>(p.micro_batch, 1));
     // The accumulation for the global batch: with the largest micro-batch that divides it, or
@@ -214,7 +255,7 @@ MemoryPlan plan_memory(const config::RunConfig& run, const io::LlamaConfig& mode
     const std::int64_t largest = std::max<std::int64_t>(p.micro_batch, 1);
     p.global_batch = global;
     std::int64_t micro = 0;
-    for (std::int64_t b = largest; b >= 1; --b)
+    for (std::int64_t b = largest; b >= (options.micro_batch > 0 ? largest : 1); --b)
       if (global % (b * options.gpus) == 0) {
         micro = b;
         break;

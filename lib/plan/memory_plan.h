@@ -26,6 +26,9 @@ struct PlanOptions {
   double gpu_mem_gb = 24;      // usable bytes per GPU = gpu_mem_gb · 1e9
   std::int64_t seq_len = 0;    // 0: the config's data.max_seq_len
   std::int64_t max_micro_batch = 64;
+  // > 0: plan every strategy at this micro-batch (e.g. the config's) instead of searching for the
+  // largest that fits.
+  std::int64_t micro_batch = 0;
   // A plan fits when its total stays under (1 - headroom) of the GPU: the caching allocator's
   // fragmentation and what the estimate does not see need room.
   double headroom = 0.05;
@@ -39,12 +42,16 @@ struct MemoryBreakdown {
   std::int64_t host_optimizer = 0;   // in host memory per rank (offload_optimizer)
   std::int64_t comm_buckets = 0;     // gradient buckets / FSDP gradient staging in flight
   std::int64_t gathered = 0;         // FSDP: units whole at once; quantized base: one dequantized matrix
+  std::int64_t gathered_resident = 0;  // the part of `gathered` whole between steps too (FSDP's root unit)
+  std::int64_t host_batches = 0;     // host memory per rank: the batches prefetched and in training
   std::int64_t activations = 0;      // with the config's activation checkpointing setting
   std::int64_t activations_checkpointed = 0;
   std::int64_t activations_full = 0;
   std::int64_t overhead = 0;         // framework (CUDA context, workspaces)
 
   std::int64_t model_state() const { return weights + gradients + optimizer; }
+  // Held between steps on the device: what a run's metrics.jsonl memory_bytes shows.
+  std::int64_t held_between_steps() const { return model_state() + gathered_resident; }
   std::int64_t total() const { return model_state() + comm_buckets + gathered + activations + overhead; }
 };
 

@@ -22,6 +22,7 @@
 #include "optim/spike_guard.h"
 #include "parallel/parallel_strategy.h"
 #include "train/evaluator.h"
+#include "train/memory_tracker.h"
 #include "train/metrics_log.h"
 #include "train/model_setup.h"
 #include "train/progress.h"
@@ -103,11 +104,26 @@ ResumePoint open_resume_checkpoint(const config::RunConfig& c, const ResumeOptio
   return point;
 }
 
+// Each rank's `values` (the same count on every rank), gathered on every rank: row r is rank r's.
+std::vector<std::vector<double>> gather_per_rank(dist::Communicator& comm, const std::vector<double>& values) {
+  const auto n = static_cast<std::int64_t>(values.size());
+  auto table = torch::zeros({comm.world_size(), n}, torch::kDouble);
+  table[comm.rank()].copy_(torch::tensor(values, torch::kDouble));
+  comm.all_reduce(table, dist::ReduceOp::kSum)->wait();
+  std::vector<std::vector<double>> rows(static_cast<std::size_t>(comm.world_size()));
+  auto t = table.accessor<double, 2>();
+  for (std::int64_t r = 0; r < comm.world_size(); ++r)
+    for (std::int64_t i = 0; i < n; ++i) rows[static_cast<std::size_t>(r)].push_back(t[r][i]);
+  return rows;
+}
+
 }  // namespace
 
 TrainSummary run_training(const config::RunConfig& c, dist::Communicator& comm, c10::Device device,
                           const ResumeOptions& resume) {
   const bool root = comm.is_root();
+  // Before anything is loaded: on the CPU only tensors allocated after this are counted.
+  MemoryTracker memory(device);
   const ResumePoint resume_point = open_resume_checkpoint(c, resume);
   const checkpoint::CheckpointReader* ckpt = resume_point.reader.get();
   const std::int64_t start_step = ckpt ? ckpt->state().step : 0;
@@ -249,6 +265,7 @@ TrainSummary run_training(const config::RunConfig& c, dist::Communicator& comm, 
   if (!ckpt) run_eval(0);
 
   tm.model->train();
+  memory.reset_peak();  // peaks of the training steps, not of loading or the first evaluation
   Stopwatch run_clock;
   double last_wait = loader.waited_seconds();
   set_stop_honoured(true);
@@ -271,6 +288,9 @@ TrainSummary run_training(const config::RunConfig& c, dist::Communicator& comm, 
                                  static_cast<double>(local_seen)}, torch::kDouble);
     comm.all_reduce(counts, dist::ReduceOp::kSum)->wait();
     const double step_tokens = counts[0].item<double>();
+    // Held before any activation exists: model and optimizer state, prefetched batches. (After
+    // the step a backend may still hold its last collective's staging buffers.)
+    const std::int64_t held_at_step_start = memory.allocated_bytes();
 
     Stopwatch compute_clock;
     double loss_sum = 0;
@@ -336,6 +356,13 @@ TrainSummary run_training(const config::RunConfig& c, dist::Communicator& comm, 
     summary.final_loss = loss;
 
     if ((step + 1) % c.log.every_steps == 0 || step + 1 == total_steps) {
+      // Every rank's memory: what it held as the step began, and its peak since training began.
+      Json held = Json::array(), peak = Json::array();
+      for (const auto& row : gather_per_rank(comm, {static_cast<double>(held_at_step_start),
+                                                    static_cast<double>(memory.peak_bytes())})) {
+        held.push_back(static_cast<std::int64_t>(row[0]));
+        peak.push_back(static_cast<std::int64_t>(row[1]));
+      }
       Json record = {{"step", step + 1},
                      {"epoch", data.epoch_progress},
                      {"loss", loss},
@@ -350,7 +377,9 @@ TrainSummary run_training(const config::RunConfig& c, dist::Communicator& comm, 
                                {"communication", times.communication},
                                {"optimizer", times.optimizer}}},
                      {"comm_bytes", times.bytes_reduced},
-                     {"peak_memory_bytes", peak_rss_bytes()},
+                     {"memory_bytes", held},
+                     {"peak_memory_bytes", peak},
+                     {"peak_rss_bytes", peak_rss_bytes()},
                      {"skipped", skipped}};
       if (scale_loss) record["loss_scale"] = loss_scale;
       if (c.train.skip_spikes) record["spike_steps"] = spike_steps;

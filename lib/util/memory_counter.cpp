@@ -20,35 +20,30 @@ void add(std::int64_t bytes) {
   }
 }
 
-// Owns the wrapped allocation; freeing it un-counts the bytes.
-struct Counted {
-  c10::DataPtr inner;
-  std::int64_t bytes;
-};
+// Each allocation carries a header with its size in front of the data, so that the data pointer
+// is its own context: LibTorch's raw_allocate (used by some CPU kernels, e.g. bf16 matrix
+// products) requires that, and frees through raw_deleter() with the data pointer alone.
+// 64 bytes keep the data as aligned as the base allocator's (c10's gAlignment).
+constexpr std::size_t kHeader = 64;
+c10::Allocator* g_base = nullptr;
 
-void delete_counted(void* context) {
-  auto* counted = static_cast<Counted*>(context);
-  g_allocated.fetch_sub(counted->bytes);
-  delete counted;
+void delete_counted(void* data) {
+  if (data == nullptr) return;
+  void* block = static_cast<char*>(data) - kHeader;
+  g_allocated.fetch_sub(static_cast<std::int64_t>(*static_cast<std::size_t*>(block)));
+  g_base->raw_deallocate(block);
 }
 
 class CountingAllocator final : public c10::Allocator {
  public:
-  explicit CountingAllocator(c10::Allocator* base) : base_(base) {}
-
   c10::DataPtr allocate(std::size_t bytes) const override {
-    c10::DataPtr inner = base_->allocate(bytes);
-    void* data = inner.get();
-    const c10::Device device = inner.device();
-    auto* counted = new Counted{std::move(inner), static_cast<std::int64_t>(bytes)};
-    add(counted->bytes);
-    return {data, counted, &delete_counted, device};
+    void* block = g_base->raw_allocate(bytes + kHeader);
+    *static_cast<std::size_t*>(block) = bytes;
+    add(static_cast<std::int64_t>(bytes));
+    void* data = static_cast<char*>(block) + kHeader;
+    return {data, data, &delete_counted, c10::Device(c10::DeviceType::CPU)};
   }
-  // No raw deleter: each allocation's context must come back to delete_counted.
-  c10::DeleterFnPtr raw_deleter() const override { return nullptr; }
-
- private:
-  c10::Allocator* base_;
+  c10::DeleterFnPtr raw_deleter() const override { return &delete_counted; }
 };
 
 }  // namespace
@@ -56,7 +51,8 @@ class CountingAllocator final : public c10::Allocator {
 void install_cpu_memory_counter() {
   static std::once_flag once;
   std::call_once(once, [] {
-    static CountingAllocator allocator(c10::GetCPUAllocator());
+    g_base = c10::GetCPUAllocator();
+    static CountingAllocator allocator;
     // Priority above the default CPU allocator's registration (0), so it takes over.
     c10::SetCPUAllocator(&allocator, /*priority=*/1);
     g_installed = true;

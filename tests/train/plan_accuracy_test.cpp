@@ -1,0 +1,106 @@
+// ft_plan against what runs really use: the shipped tiny configs trained for a few steps on 2
+// ranks under every strategy (and bf16, LoRA with dropout, an int8 base), each rank's memory
+// read from metrics.jsonl (the trainer's counting CPU allocator), compared with the planner's
+// numbers for the same config, micro-batch and world size. Model state (what a rank holds as a
+// step begins: weights, gradients, optimizer state, FSDP's root unit and the prefetched batches)
+// must be within 5 %, the peak of a step within 15 %. On the CPU there is no framework overhead
+// (CUDA context, workspaces) and the batches live in the same memory, so the comparison leaves
+// out the former and adds the latter.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "config/run_config.h"
+#include "io/hf_config.h"
+#include "plan/memory_plan.h"
+#include "test_support.h"
+#include "util/file_util.h"
+#include "util/json.h"
+
+namespace ft::plan {
+namespace {
+
+constexpr int kRanks = 2;
+
+struct Case {
+  std::string name;
+  std::string config;  // under configs/
+  std::vector<std::string> overrides;
+};
+
+void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
+
+std::string repo_file(const std::string& relative) {
+  return (std::filesystem::path(test::data_path("")) / ".." / ".." / relative).lexically_normal().string();
+}
+
+class PlanAccuracy : public ::testing::TestWithParam<Case> {};
+
+TEST_P(PlanAccuracy, ModelStateWithin5PercentAndPeakWithin15PercentOfMeasured) {
+  const Case& c = GetParam();
+  test::TempDir dir;
+  // Packed sequences: every micro-batch is max_seq_len tokens long, as the planner assumes.
+  std::vector<std::string> overrides = {"run_dir=" + dir.path(),
+                                        "model.path=" + test::data_path("stories260K"),
+                                        "data.train=" + test::data_path("datasets/alpaca_train.json"),
+                                        "data.eval=" + test::data_path("datasets/alpaca_eval.jsonl"),
+                                        "data.packing=true",
+                                        "train.max_steps=3",
+                                        "log.every_steps=1",
+                                        "log.eval_every_steps=0",
+                                        "checkpoint.every_steps=0"};
+  overrides.insert(overrides.end(), c.overrides.begin(), c.overrides.end());
+  std::string args;
+  for (const auto& o : overrides) args += " --set '" + o + "'";
+  const std::string config_path = repo_file("configs/" + c.config);
+  const test::CommandResult run = test::run_command(test::ft_train_command(kRanks, config_path, args), true);
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+
+  std::int64_t held = 0, peak = 0;
+  for (const Json& record : test::read_metrics(dir.path())) {
+    if (!record.contains("memory_bytes")) continue;
+    ASSERT_EQ(record["memory_bytes"].size(), static_cast<std::size_t>(kRanks)) << record.dump();
+    for (int r = 0; r < kRanks; ++r) {
+      held = record["memory_bytes"][r].get<std::int64_t>();  // the last step's, as every step's
+      peak = std::max(peak, record["peak_memory_bytes"][r].get<std::int64_t>());
+      EXPECT_GT(held, 0);
+    }
+  }
+  ASSERT_GT(peak, held);
+
+  const config::RunConfig run_config = config::load_run_config(config_path, overrides);
+  const io::LlamaConfig model = io::load_llama_config(run_config.model.path);
+  PlanOptions options;
+  options.gpus = kRanks;
+  options.micro_batch = run_config.train.micro_batch_size;
+  const MemoryPlan plan = plan_memory(run_config, model, options);
+  const std::string row = (run_config.lora ? "lora+" : "") + run_config.parallel.strategy;
+  const StrategyPlan* planned = nullptr;
+  for (const auto& p : plan.strategies)
+    if (p.name == row) planned = &p;
+  ASSERT_NE(planned, nullptr) << row;
+  const MemoryBreakdown& m = planned->at_micro_batch;
+  const double planned_held = static_cast<double>(m.held_between_steps() + m.host_batches);
+  const double planned_peak = static_cast<double>(m.total() - m.overhead + m.host_batches);
+  std::printf("%-16s held %9.3f MB, planned %9.3f MB (%+.1f %%); peak %8.2f MB, planned %8.2f MB (%+.1f %%)\n",
+              c.name.c_str(), held / 1e6, planned_held / 1e6, (planned_held / held - 1) * 100, peak / 1e6,
+              planned_peak / 1e6, (planned_peak / peak - 1) * 100);
+  EXPECT_NEAR(planned_held / held, 1.0, 0.05) << "model state: planned " << planned_held << ", measured " << held;
+  EXPECT_NEAR(planned_peak / peak, 1.0, 0.15) << "peak: planned " << planned_peak << ", measured " << peak;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    TinyConfigs, PlanAccuracy,
+    ::testing::Values(Case{"ddp", "tiny_zero2.json", {"parallel.strategy=ddp"}},
+                      Case{"zero1", "tiny_zero2.json", {"parallel.strategy=zero1"}},
+                      Case{"zero2", "tiny_zero2.json", {}},
+                      Case{"zero2_bf16", "tiny_zero2.json", {"train.precision=bf16"}},
+                      Case{"fsdp_checkpointed", "tiny_fsdp.json", {}},
+                      Case{"fsdp_bf16", "tiny_fsdp.json", {"train.precision=bf16", "train.activation_checkpointing=false"}},
+                      Case{"lora_ddp", "tiny_lora.json", {}},
+                      Case{"lora_bf16_dropout", "tiny_lora.json", {"train.precision=bf16", "lora.dropout=0.1"}},
+                      Case{"lora_zero2_int8", "tiny_zero2_int8.json", {}}),
+    [](const ::testing::TestParamInfo<Case>& info) { return info.param.name; });
+
+}  // namespace
+}  // namespace ft::plan
