@@ -47,7 +47,7 @@ def train(build, config, strategy, offload, extra, run_dir):
         "comm_s": med(lambda s: s["time"]["communication"]),
         "optimizer_s": med(lambda s: s["time"]["optimizer"]),
         "comm_bytes": steps[-1]["comm_bytes"],
-        "peak_rss": max(s["peak_memory_bytes"] for s in steps),
+        "peak_rss": max(s["peak_rss_bytes"] for s in steps),
     }
 
 
