@@ -1,7 +1,6 @@
 #include "dist/doctor.h"
 
 #include <arpa/inet.h>
-#include <dlfcn.h>
 #include <link.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -22,6 +21,7 @@
 #endif
 
 #include "dist/gpu_checks.h"
+#include "dist/nvml.h"
 #include "util/error.h"
 
 extern char** environ;
@@ -85,42 +85,6 @@ int any_free_port() {
   ::close(fd);
   return port;
 }
-
-// NVML through dlopen: no header or link dependency; absent without an NVIDIA driver.
-struct Nvml {
-  using Init = int (*)();
-  using DriverVersion = int (*)(char*, unsigned);
-  using HandleByBusId = int (*)(const char*, void**);
-  using UIntQuery = int (*)(void*, unsigned*);
-  void* lib = nullptr;
-  Init init = nullptr, shutdown = nullptr;
-  DriverVersion driver_version = nullptr;
-  HandleByBusId by_bus_id = nullptr;
-  UIntQuery gen = nullptr, width = nullptr, max_gen = nullptr, max_width = nullptr;
-
-  Nvml() {
-    lib = ::dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
-    if (!lib) return;
-    init = reinterpret_cast<Init>(::dlsym(lib, "nvmlInit_v2"));
-    shutdown = reinterpret_cast<Init>(::dlsym(lib, "nvmlShutdown"));
-    driver_version = reinterpret_cast<DriverVersion>(::dlsym(lib, "nvmlSystemGetDriverVersion"));
-    by_bus_id = reinterpret_cast<HandleByBusId>(::dlsym(lib, "nvmlDeviceGetHandleByPciBusId_v2"));
-    gen = reinterpret_cast<UIntQuery>(::dlsym(lib, "nvmlDeviceGetCurrPcieLinkGeneration"));
-    width = reinterpret_cast<UIntQuery>(::dlsym(lib, "nvmlDeviceGetCurrPcieLinkWidth"));
-    max_gen = reinterpret_cast<UIntQuery>(::dlsym(lib, "nvmlDeviceGetMaxPcieLinkGeneration"));
-    max_width = reinterpret_cast<UIntQuery>(::dlsym(lib, "nvmlDeviceGetMaxPcieLinkWidth"));
-    if (!init || !driver_version || init() != 0) {
-      ::dlclose(lib);
-      lib = nullptr;
-    }
-  }
-  ~Nvml() {
-    if (!lib) return;
-    if (shutdown) shutdown();
-    ::dlclose(lib);
-  }
-  bool ok() const { return lib != nullptr; }
-};
 
 #ifdef FT_WITH_NCCL
 // Bus bandwidth of an fp32 all-reduce of `bytes` across `n` local GPUs, one process, NCCL.
@@ -203,23 +167,20 @@ DoctorFacts gather_doctor_facts(const DoctorOptions& options) {
   f.peer = visible.peer;
   Nvml nvml;
   f.nvml = nvml.ok();
-  if (nvml.ok()) {
-    char version_text[96] = {0};
-    if (nvml.driver_version(version_text, sizeof(version_text)) == 0) f.driver_version = version_text;
-  }
+  f.driver_version = nvml.driver_version();
   for (int i = 0; i < count; ++i) {
     GpuInfo g;
     g.name = visible.names[i];
     g.memory_bytes = visible.memory_bytes[i];
     char bus_id[32] = {0};
-    void* handle = nullptr;
-    if (nvml.ok() && nvml.by_bus_id && cudaDeviceGetPCIBusId(bus_id, sizeof(bus_id), i) == cudaSuccess &&
-        nvml.by_bus_id(bus_id, &handle) == 0) {
-      unsigned v = 0;
-      if (nvml.gen && nvml.gen(handle, &v) == 0) g.pcie_generation = static_cast<int>(v);
-      if (nvml.width && nvml.width(handle, &v) == 0) g.pcie_width = static_cast<int>(v);
-      if (nvml.max_gen && nvml.max_gen(handle, &v) == 0) g.pcie_max_generation = static_cast<int>(v);
-      if (nvml.max_width && nvml.max_width(handle, &v) == 0) g.pcie_max_width = static_cast<int>(v);
+    const Nvml::Device handle = nvml.ok() && cudaDeviceGetPCIBusId(bus_id, sizeof(bus_id), i) == cudaSuccess
+                                    ? nvml.device_by_pci_bus_id(bus_id)
+                                    : nullptr;
+    if (handle) {
+      g.pcie_generation = static_cast<int>(nvml.pcie_link_generation(handle).value_or(0));
+      g.pcie_width = static_cast<int>(nvml.pcie_link_width(handle).value_or(0));
+      g.pcie_max_generation = static_cast<int>(nvml.pcie_max_link_generation(handle).value_or(0));
+      g.pcie_max_width = static_cast<int>(nvml.pcie_max_link_width(handle).value_or(0));
     }
     f.gpus.push_back(g);
   }

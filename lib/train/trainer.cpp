@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <thread>
 
 #include "checkpoint/checkpoint_folder.h"
@@ -13,6 +14,7 @@
 #include "data/data_loader.h"
 #include "data/prepared_data.h"
 #include "data/tokenizer.h"
+#include "dist/gpu_telemetry.h"
 #include "io/dtype.h"
 #include "model/causal_lm_loss.h"
 #include "model/model_loader.h"
@@ -124,6 +126,9 @@ TrainSummary run_training(const config::RunConfig& c, dist::Communicator& comm, 
   const bool root = comm.is_root();
   // Before anything is loaded: on the CPU only tensors allocated after this are counted.
   MemoryTracker memory(device);
+  // GPU temperature, power and clocks at every logged step (NVML; none on the CPU or without it).
+  const std::unique_ptr<dist::GpuTelemetry> gpu = device.is_cuda() ? dist::GpuTelemetry::open(device.has_index() ? device.index() : 0) : nullptr;
+  dist::ThrottleWarner throttle_warner;
   const ResumePoint resume_point = open_resume_checkpoint(c, resume);
   const checkpoint::CheckpointReader* ckpt = resume_point.reader.get();
   const std::int64_t start_step = ckpt ? ckpt->state().step : 0;
@@ -356,12 +361,27 @@ TrainSummary run_training(const config::RunConfig& c, dist::Communicator& comm, 
     summary.final_loss = loss;
 
     if ((step + 1) % c.log.every_steps == 0 || step + 1 == total_steps) {
-      // Every rank's memory: what it held as the step began, and its peak since training began.
-      Json held = Json::array(), peak = Json::array();
-      for (const auto& row : gather_per_rank(comm, {static_cast<double>(held_at_step_start),
-                                                    static_cast<double>(memory.peak_bytes())})) {
+      // Every rank's memory (what it held as the step began, its peak since training began) and
+      // GPU reading, gathered for rank 0's record.
+      std::optional<dist::GpuSample> reading = gpu ? gpu->sample() : std::nullopt;
+      if (reading)
+        if (auto warning = throttle_warner.check(*reading, comm.rank())) log::warn(*warning);
+      const dist::GpuSample sample = reading.value_or(dist::GpuSample{});
+      Json held = Json::array(), peak = Json::array(), gpus = Json::array();
+      bool any_gpu = false;
+      for (const auto& row : gather_per_rank(
+               comm, {static_cast<double>(held_at_step_start), static_cast<double>(memory.peak_bytes()),
+                      reading ? 1.0 : 0.0, sample.temperature_c, sample.power_w, sample.sm_clock_mhz,
+                      static_cast<double>(sample.throttle_reasons)})) {
         held.push_back(static_cast<std::int64_t>(row[0]));
         peak.push_back(static_cast<std::int64_t>(row[1]));
+        any_gpu = any_gpu || row[2] > 0;
+        dist::GpuSample r;
+        r.temperature_c = row[3];
+        r.power_w = row[4];
+        r.sm_clock_mhz = row[5];
+        r.throttle_reasons = static_cast<std::uint64_t>(row[6]);
+        gpus.push_back(row[2] > 0 ? dist::sample_json(r) : Json(nullptr));
       }
       Json record = {{"step", step + 1},
                      {"epoch", data.epoch_progress},
@@ -381,6 +401,7 @@ TrainSummary run_training(const config::RunConfig& c, dist::Communicator& comm, 
                      {"peak_memory_bytes", peak},
                      {"peak_rss_bytes", peak_rss_bytes()},
                      {"skipped", skipped}};
+      if (any_gpu) record["gpu"] = gpus;
       if (scale_loss) record["loss_scale"] = loss_scale;
       if (c.train.skip_spikes) record["spike_steps"] = spike_steps;
       metrics.write(record);
