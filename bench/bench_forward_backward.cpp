@@ -13,24 +13,14 @@
 #include <torch/torch.h>
 
 #include "app_main.h"
+#include "bench/matmul_peak.h"
+#include "bench/training_flops.h"
 #include "model/causal_lm_loss.h"
 #include "model/llama_model.h"
 #include "util/cpu_threads.h"
 #include "util/timer.h"
 
 namespace {
-
-double measure_matmul_gflops(std::int64_t n, torch::ScalarType dtype) {
-  auto a = torch::randn({n, n}).to(dtype), b = torch::randn({n, n}).to(dtype);
-  torch::mm(a, b);  // warm up
-  int reps = 0;
-  ft::Stopwatch watch;
-  while (watch.seconds() < 1.0 || reps < 3) {
-    torch::mm(a, b);
-    ++reps;
-  }
-  return 2.0 * n * n * n * reps / watch.seconds() / 1e9;
-}
 
 int run(int argc, char** argv) {
   cxxopts::Options options("bench_forward_backward", "LLaMA forward+backward throughput (random init).");
@@ -68,14 +58,11 @@ int run(int argc, char** argv) {
   c.max_position_embeddings = seq;
   const int steps = args["steps"].as<int>();
 
-  const double peak = measure_matmul_gflops(2048, dtype);
+  const double peak = ft::bench::measure_matmul_peak(c10::kCPU, dtype, at::get_num_threads(), 2048).flops_per_s / 1e9;
   ft::model::LlamaForCausalLM model(c, torch::TensorOptions().dtype(dtype));
   ft::model::init_weights(model, 1234);
-  // Every parameter takes part in a matrix product here (tied embedding = the lm_head), except
-  // the norms, whose FLOPs are negligible.
-  const double n_params = static_cast<double>(c.num_parameters());
-  const double flops_per_token =
-      6.0 * n_params + 12.0 * c.num_hidden_layers * c.num_attention_heads * c.head_dim * seq;
+  // PaLM's model FLOPs per token (the one ft_bench uses).
+  const double flops_per_token = ft::bench::training_flops_per_token(c, seq, /*lora_parameters=*/0);
 
   auto gen = at::detail::createCPUGenerator(7);
   auto ids = torch::randint(0, c.vocab_size, {batch, seq}, gen, torch::kLong);
@@ -94,7 +81,7 @@ int run(int argc, char** argv) {
   const double tokens_per_s = batch * seq * steps / seconds;
   const double gflops = tokens_per_s * flops_per_token / 1e9;
   std::printf("model: %.1fM parameters, %lld layers, hidden %lld, heads %lld/%lld, vocab %lld, %s\n",
-              n_params / 1e6, (long long)c.num_hidden_layers, (long long)c.hidden_size,
+              static_cast<double>(c.num_parameters()) / 1e6, (long long)c.num_hidden_layers, (long long)c.hidden_size,
               (long long)c.num_attention_heads, (long long)c.num_key_value_heads, (long long)c.vocab_size,
               args["dtype"].as<std::string>().c_str());
   std::printf("BLAS: %s\n", ft::blas_description().c_str());

@@ -8,7 +8,7 @@
 
 namespace ft::bench {
 
-MatmulPeak measure_matmul_peak(c10::Device device, c10::ScalarType dtype, int threads) {
+MatmulPeak measure_matmul_peak(c10::Device device, c10::ScalarType dtype, int threads, std::int64_t n) {
   torch::NoGradGuard no_grad;
   MatmulPeak peak;
   const int saved_threads = at::get_num_threads();
@@ -17,7 +17,7 @@ MatmulPeak measure_matmul_peak(c10::Device device, c10::ScalarType dtype, int th
     peak.threads = threads;
   }
   // Large enough to reach the BLAS's / tensor cores' steady rate, small enough to take < 1 s.
-  peak.n = device.is_cpu() ? 1024 : 8192;
+  peak.n = n > 0 ? n : device.is_cpu() ? 1024 : 8192;
   auto options = torch::TensorOptions().dtype(dtype).device(device);
   const torch::Tensor a = torch::randn({peak.n, peak.n}, options), b = torch::randn({peak.n, peak.n}, options);
   torch::Tensor c = torch::mm(a, b);
