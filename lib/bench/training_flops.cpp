@@ -3,9 +3,11 @@
 namespace ft::bench {
 
 std::int64_t matmul_parameters(const io::LlamaConfig& m) {
-  const std::int64_t h = m.hidden_size, q = m.num_attention_heads * m.head_dim, kv = m.num_key_value_heads * m.head_dim;
-  const std::int64_t layer = q * h + 2 * kv * h + h * q + 3 * h * m.intermediate_size;
-  return m.num_hidden_layers * layer + m.vocab_size * h;
+  // All parameters but the norms' weights and, untied, the embedding table (a lookup): the tied
+  // table is the output head too.
+  const std::int64_t norms = (2 * m.num_hidden_layers + 1) * m.hidden_size;
+  const std::int64_t lookup_only = m.tie_word_embeddings ? 0 : m.vocab_size * m.hidden_size;
+  return m.num_parameters() - norms - lookup_only;
 }
 
 double training_flops_per_token(const io::LlamaConfig& m, std::int64_t seq_len, std::int64_t lora_parameters) {

@@ -55,7 +55,7 @@ Shapes shapes_of(const io::LlamaConfig& m) {
   }
   s.layer_params += 2 * s.hidden;
   s.root_params = s.vocab * s.hidden * (m.tie_word_embeddings ? 1 : 2) + s.hidden;
-  s.params = s.layers * s.layer_params + s.root_params;
+  s.params = m.num_parameters();
   return s;
 }
 
