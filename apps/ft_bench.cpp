@@ -46,12 +46,6 @@ std::string python() {
   return fs::exists("/usr/bin/python3") ? "/usr/bin/python3" : "python3";
 }
 
-std::string quote(const std::string& s) {
-  std::string q = "'";
-  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
-}
-
 ft::Json to_json(const ft::bench::BurstResult& r) {
   return {{"ranks", r.ranks},
           {"steps", r.steps},
@@ -155,10 +149,16 @@ int run(int argc, char** argv) {
   if (!args.count("no-chart")) {
     const std::string png = ft::join_path(out, "bench.png");
     const std::string script = ft::join_path(FT_SCRIPTS_DIR, "plot_bench.py");
-    const std::string cmd = python() + " " + quote(script) + " " + quote(json_path) + " -o " + quote(png);
     std::fflush(stdout);
-    if (std::system(cmd.c_str()) != 0)
-      ft::log::warn("the chart was not drawn (", cmd, " failed; it needs matplotlib: apt-get install python3-matplotlib)");
+    bool drawn = false;
+    try {
+      drawn = ft::bench::run_program({python(), script, json_path, "-o", png}) == 0;
+    } catch (const ft::Error& e) {  // no interpreter: the numbers are written, the chart is not
+      ft::log::warn(e.what());
+    }
+    if (!drawn)
+      ft::log::warn("the chart was not drawn (", python(), " ", script, " failed; it needs matplotlib: apt-get install "
+                    "python3-matplotlib)");
   }
   return 0;
 }

@@ -17,24 +17,6 @@ extern char** environ;
 namespace ft::bench {
 namespace {
 
-// The exit status of `argv` run with stdout and stderr into `log`.
-int spawn_and_wait(const std::vector<std::string>& argv, const std::string& log) {
-  std::vector<char*> args;
-  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_adddup2(&actions, 1, 2);
-  pid_t pid = 0;
-  const int rc = posix_spawn(&pid, args[0], &actions, nullptr, args.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
-  FT_CHECK(rc == 0, "cannot start ", argv[0], ": ", std::strerror(rc));
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0) FT_CHECK(errno == EINTR, "waitpid: ", std::strerror(errno));
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
-
 // The last `lines` lines of `text`.
 std::string tail(const std::string& text, std::size_t lines) {
   std::size_t at = text.size();
@@ -47,6 +29,26 @@ std::string tail(const std::string& text, std::size_t lines) {
 }
 
 }  // namespace
+
+int run_program(const std::vector<std::string>& argv, const std::string& log) {
+  FT_ASSERT(!argv.empty(), "run_program: a program to run");
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  if (!log.empty()) {
+    posix_spawn_file_actions_addopen(&actions, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_adddup2(&actions, 1, 2);
+  }
+  pid_t pid = 0;
+  const int rc = posix_spawnp(&pid, args[0], &actions, nullptr, args.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  FT_CHECK(rc == 0, "cannot start ", argv[0], ": ", std::strerror(rc));
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0) FT_CHECK(errno == EINTR, "waitpid: ", std::strerror(errno));
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
 
 std::vector<int> parse_rank_list(const std::string& text) {
   std::vector<int> ranks;
@@ -128,7 +130,7 @@ BurstResult run_burst(const BurstCommand& c, int ranks, const std::string& run_d
     argv.push_back("--set");
     argv.push_back(o);
   }
-  const int status = spawn_and_wait(argv, log);
+  const int status = run_program(argv, log);
   FT_CHECK(status == 0, "the burst on ", ranks, ranks == 1 ? " rank" : " ranks", " failed (exit ", status, "); the end of ",
            log, ":\n", tail(read_file(log), 15));
   std::vector<Json> records;

@@ -45,6 +45,10 @@ struct BurstCommand {
 // ft_launch's output into run_dir/bench.log. Throws with the log's tail when the run fails.
 BurstResult run_burst(const BurstCommand& command, int ranks, const std::string& run_dir);
 
+// Runs `argv` (argv[0] searched on PATH unless it has a slash) and returns its exit status (128 +
+// signal when killed); stdout and stderr go into the file `log`, or stay this process's when empty.
+int run_program(const std::vector<std::string>& argv, const std::string& log = "");
+
 // "1,2,4" -> {1, 2, 4}: positive, increasing.
 std::vector<int> parse_rank_list(const std::string& text);
 
