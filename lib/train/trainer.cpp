@@ -119,6 +119,36 @@ std::vector<std::vector<double>> gather_per_rank(dist::Communicator& comm, const
   return rows;
 }
 
+// Every rank's memory (what it held as the step began, its peak since training began) and GPU
+// reading, gathered with one all-reduce into the step's record: memory_bytes, peak_memory_bytes,
+// and gpu when a rank has one. A GPU that throttles is reported once per kind on its own rank.
+void add_rank_resources(Json& record, dist::Communicator& comm, std::int64_t held_at_step_start,
+                        const MemoryTracker& memory, const dist::GpuTelemetry* gpu, dist::ThrottleWarner& warner) {
+  const std::optional<dist::GpuSample> reading = gpu ? gpu->sample() : std::nullopt;
+  if (reading)
+    if (auto warning = warner.check(*reading, comm.rank())) log::warn(*warning);
+  const dist::GpuSample sample = reading.value_or(dist::GpuSample{});
+  Json held = Json::array(), peak = Json::array(), gpus = Json::array();
+  bool any_gpu = false;
+  for (const auto& row : gather_per_rank(
+           comm, {static_cast<double>(held_at_step_start), static_cast<double>(memory.peak_bytes()),
+                  reading ? 1.0 : 0.0, sample.temperature_c, sample.power_w, sample.sm_clock_mhz,
+                  static_cast<double>(sample.throttle_reasons)})) {
+    held.push_back(static_cast<std::int64_t>(row[0]));
+    peak.push_back(static_cast<std::int64_t>(row[1]));
+    any_gpu = any_gpu || row[2] > 0;
+    dist::GpuSample r;
+    r.temperature_c = row[3];
+    r.power_w = row[4];
+    r.sm_clock_mhz = row[5];
+    r.throttle_reasons = static_cast<std::uint64_t>(row[6]);
+    gpus.push_back(row[2] > 0 ? dist::sample_json(r) : Json(nullptr));
+  }
+  record["memory_bytes"] = held;
+  record["peak_memory_bytes"] = peak;
+  if (any_gpu) record["gpu"] = gpus;
+}
+
 }  // namespace
 
 TrainSummary run_training(const config::RunConfig& c, dist::Communicator& comm, c10::Device device,
@@ -361,28 +391,6 @@ TrainSummary run_training(const config::RunConfig& c, dist::Communicator& comm, 
     summary.final_loss = loss;
 
     if ((step + 1) % c.log.every_steps == 0 || step + 1 == total_steps) {
-      // Every rank's memory (what it held as the step began, its peak since training began) and
-      // GPU reading, gathered for rank 0's record.
-      std::optional<dist::GpuSample> reading = gpu ? gpu->sample() : std::nullopt;
-      if (reading)
-        if (auto warning = throttle_warner.check(*reading, comm.rank())) log::warn(*warning);
-      const dist::GpuSample sample = reading.value_or(dist::GpuSample{});
-      Json held = Json::array(), peak = Json::array(), gpus = Json::array();
-      bool any_gpu = false;
-      for (const auto& row : gather_per_rank(
-               comm, {static_cast<double>(held_at_step_start), static_cast<double>(memory.peak_bytes()),
-                      reading ? 1.0 : 0.0, sample.temperature_c, sample.power_w, sample.sm_clock_mhz,
-                      static_cast<double>(sample.throttle_reasons)})) {
-        held.push_back(static_cast<std::int64_t>(row[0]));
-        peak.push_back(static_cast<std::int64_t>(row[1]));
-        any_gpu = any_gpu || row[2] > 0;
-        dist::GpuSample r;
-        r.temperature_c = row[3];
-        r.power_w = row[4];
-        r.sm_clock_mhz = row[5];
-        r.throttle_reasons = static_cast<std::uint64_t>(row[6]);
-        gpus.push_back(row[2] > 0 ? dist::sample_json(r) : Json(nullptr));
-      }
       Json record = {{"step", step + 1},
                      {"epoch", data.epoch_progress},
                      {"loss", loss},
@@ -397,11 +405,9 @@ TrainSummary run_training(const config::RunConfig& c, dist::Communicator& comm, 
                                {"communication", times.communication},
                                {"optimizer", times.optimizer}}},
                      {"comm_bytes", times.bytes_reduced},
-                     {"memory_bytes", held},
-                     {"peak_memory_bytes", peak},
                      {"peak_rss_bytes", peak_rss_bytes()},
                      {"skipped", skipped}};
-      if (any_gpu) record["gpu"] = gpus;
+      add_rank_resources(record, comm, held_at_step_start, memory, gpu.get(), throttle_warner);
       if (scale_loss) record["loss_scale"] = loss_scale;
       if (c.train.skip_spikes) record["spike_steps"] = spike_steps;
       metrics.write(record);
