@@ -115,6 +115,8 @@ Schema make_schema() {
       ranged(key("checkpoint.every_steps", kInt, Json(0), "save every N steps; 0 = at the end only"), 0, std::nullopt),
       ranged(key("checkpoint.keep_last", kInt, Json(2), "checkpoints kept"), 1, std::nullopt),
       choice("checkpoint.resume", {"auto", "none"}, "auto", "continue from checkpoints/latest when present"),
+      key("checkpoint.save_at_end", kBool, Json(true),
+          "write the last step's checkpoint and the adapter or model; false for throwaway runs (ft_bench)"),
       ranged(key("log.every_steps", kInt, Json(1), "metrics line every N steps"), 1, std::nullopt),
       ranged(key("log.eval_every_steps", kInt, Json(0), "evaluate every N steps; 0 = at the end only"), 0,
              std::nullopt),
@@ -207,6 +209,7 @@ RunConfig parse_run_config(Json config, const std::string& source, const std::ve
   c.checkpoint.every_steps = k["every_steps"];
   c.checkpoint.keep_last = k["keep_last"];
   c.checkpoint.resume = k["resume"];
+  c.checkpoint.save_at_end = k["save_at_end"];
   const Json& g = r["log"];
   c.log.every_steps = g["every_steps"];
   c.log.eval_every_steps = g["eval_every_steps"];

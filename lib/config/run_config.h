@@ -86,6 +86,7 @@ struct CheckpointConfig {
   std::int64_t every_steps = 0;  // 0 = only at the end
   std::int64_t keep_last = 2;
   std::string resume = "auto";   // auto|none
+  bool save_at_end = true;       // false: no last-step checkpoint, no adapter/ or model/
 };
 
 struct LogConfig {

@@ -417,7 +417,7 @@ TrainSummary run_training(const config::RunConfig& c, dist::Communicator& comm, 
       run_eval(step + 1);
     last_lr = lr;
     const bool periodic = c.checkpoint.every_steps > 0 && (step + 1) % c.checkpoint.every_steps == 0;
-    if (periodic || step + 1 == total_steps || stop) {
+    if (periodic || (step + 1 == total_steps && c.checkpoint.save_at_end) || stop) {
       const double seconds = save(step + 1);
       metrics.write(Json{{"step", step + 1}, {"checkpoint_s", seconds}});
     }
@@ -436,7 +436,11 @@ TrainSummary run_training(const config::RunConfig& c, dist::Communicator& comm, 
     log::info("the checkpoint is at the last step: evaluating and writing the results again");
   run_eval(total_steps);
 
-  save_result(c, tm, *strategy, comm, tokenizer);
+  if (c.checkpoint.save_at_end) {
+    save_result(c, tm, *strategy, comm, tokenizer);
+  } else if (root) {
+    log::info("checkpoint.save_at_end is false: no checkpoint of the last step, no adapter or model written");
+  }
   comm.barrier();
   log::info("done: ", summary.steps, " steps in ", summary.seconds, " s; final loss ", summary.final_loss,
             std::isnan(summary.final_eval_loss) ? std::string() : str(", eval loss ", summary.first_eval_loss, " -> ",

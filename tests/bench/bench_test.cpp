@@ -97,6 +97,9 @@ TEST(FtBench, RunsBurstsOnOneAndTwoRanksAndWritesJsonAndChart) {
   }
   EXPECT_EQ(report["results"][0]["time"]["communication"].get<double>(), 0.0);  // one rank talks to no one
   EXPECT_GT(report["results"][1]["time"]["communication"].get<double>(), 0.0);
+  // The bursts leave no checkpoint and no adapter behind (checkpoint.save_at_end=false).
+  for (const char* leftover : {"ranks_2/checkpoints", "ranks_2/adapter"})
+    EXPECT_FALSE(file_exists(join_path(out, leftover))) << leftover;
   const std::string png = read_file(join_path(out, "bench.png"));
   ASSERT_GT(png.size(), 8u);
   EXPECT_EQ(png.substr(0, 8), std::string("\x89PNG\r\n\x1a\n", 8));

@@ -60,6 +60,19 @@ TEST(Trainer, LoraRunLowersEvalLossAndWritesOutputs) {
   EXPECT_EQ(adapter.tensors.size(), 5u * 7u * 2u);
 }
 
+// ft_bench's bursts: the steps and their metrics, but no last-step checkpoint and no adapter; a
+// periodic checkpoint the config asks for is still written.
+TEST(Trainer, SaveAtEndFalseWritesNoFinalCheckpointOrAdapter) {
+  test::TempDir dir;
+  TrainSummary s = train(tiny(dir.path()), {"train.max_steps=3", "checkpoint.every_steps=2", "checkpoint.save_at_end=false"});
+  EXPECT_EQ(s.steps, 3);
+  EXPECT_EQ(losses(read_metrics(dir.path())).size(), 3u);
+  EXPECT_FALSE(file_exists(join_path(dir.path(), "adapter")));
+  EXPECT_FALSE(file_exists(join_path(dir.path(), "model")));
+  EXPECT_TRUE(file_exists(join_path(dir.path(), "checkpoints/step_000002/manifest.json")));
+  EXPECT_FALSE(file_exists(join_path(dir.path(), "checkpoints/step_000003")));
+}
+
 TEST(Trainer, SameConfigTwiceIsBitwiseIdentical) {
   test::TempDir a, b;
   train(tiny(a.path()));
