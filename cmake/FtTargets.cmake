@@ -33,7 +33,9 @@ set(FT_INCLUDE_ROOTS ${CMAKE_SOURCE_DIR}/lib ${CMAKE_SOURCE_DIR}/apps ${CMAKE_SO
 
 # ft_reaches_torch(FILE OUT): OUT is ON when FILE includes <torch/...>, <ATen/...> or <c10/...>,
 # directly or through our own quoted includes (looked up beside the file, then under
-# FT_INCLUDE_ROOTS). Any #include counts, also one under #ifdef: a wrong ON only costs time.
+# FT_INCLUDE_ROOTS). Any #include counts, also one under #ifdef. Either answer compiles (a file
+# without the PCH includes what it uses), so a wrong or stale one (the scan runs at configure
+# time, not when a header changes) only costs time.
 function(ft_reaches_torch file out)
   get_property(known GLOBAL PROPERTY "FT_TORCH_${file}" SET)
   if(known)
