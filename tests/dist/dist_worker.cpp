@@ -204,6 +204,7 @@ void check_barrier(Communicator& comm) {
 struct TcpSent {
   std::uint64_t bytes = 0;
   std::uint64_t retransmitted = 0;
+  std::uint64_t payload() const { return bytes - retransmitted; }
 };
 
 TcpSent tcp_sent() {
@@ -231,13 +232,13 @@ void check_bytes(Communicator& comm) {
   comm.reduce_scatter(out, input, ReduceOp::kSum)->wait();
   comm.barrier();
   TcpSent after = tcp_sent();
+  const double rs = (after.payload() - before.payload()) / buffer;
   const double resent = (after.retransmitted - before.retransmitted) / buffer;
-  const double rs = (after.bytes - before.bytes) / buffer - resent;
   before = tcp_sent();
   comm.all_reduce(input, ReduceOp::kSum)->wait();
   comm.barrier();
   after = tcp_sent();
-  const double ar = (after.bytes - before.bytes - (after.retransmitted - before.retransmitted)) / buffer;
+  const double ar = (after.payload() - before.payload()) / buffer;
   const double expected = (W - 1.0) / W;
   say(comm.rank(), ft::str("reduce_scatter sent ", rs, " of the buffer (expected ", expected, ", resent ", resent,
                            " more), all_reduce ", ar));
