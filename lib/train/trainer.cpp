@@ -439,7 +439,8 @@ TrainSummary run_training(const config::RunConfig& c, dist::Communicator& comm, 
   if (c.checkpoint.save_at_end) {
     save_result(c, tm, *strategy, comm, tokenizer);
   } else if (root) {
-    log::info("checkpoint.save_at_end is false: no checkpoint of the last step, no adapter or model written");
+    log::info("checkpoint.save_at_end is false: the ", c.lora ? "adapter" : "model",
+              " is not written, nor a checkpoint of the last step beyond a periodic one");
   }
   comm.barrier();
   log::info("done: ", summary.steps, " steps in ", summary.seconds, " s; final loss ", summary.final_loss,
