@@ -1,7 +1,7 @@
 // make_random_model: writes a randomly initialized LLaMA as a Hugging Face folder (config.json,
 // model.safetensors, and a tokenizer.model copied from another folder), for benchmarks that need
 // a model of a given size on disk.
-//   make_random_model --out /tmp/m50 --hidden 640 --layers 10 --intermediate 1728 --heads 10 \
+//   make_random_model --out /tmp/m50 --hidden 640 --layers 10 --intermediate 1728 --heads 10
 //                     --tokenizer-from tests/data/stories260K
 #include <cxxopts.hpp>
 

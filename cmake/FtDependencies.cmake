@@ -1,5 +1,6 @@
 # Finds the system packages that scripts/setup.sh installs (Debian 12).
-find_package(Torch REQUIRED)          # libtorch-dev: LibTorch 1.13, or a CUDA LibTorch 2.x via CMAKE_PREFIX_PATH
+# libtorch-dev: LibTorch 1.13; or a CUDA LibTorch 2.x via CMAKE_PREFIX_PATH (cmake/FtTorch.cmake checks it)
+include(FtTorch)
 find_package(nlohmann_json 3 REQUIRED)
 find_package(Threads REQUIRED)
 find_package(ZLIB REQUIRED)           # zlib1g-dev: crc32 for checkpoint checksums

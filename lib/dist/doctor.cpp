@@ -7,6 +7,7 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include <ATen/Context.h>
 #include <torch/cuda.h>
 #include <torch/version.h>
 
@@ -22,6 +23,7 @@
 
 #include "dist/gpu_checks.h"
 #include "dist/nvml.h"
+#include "util/build_info.h"
 #include "util/error.h"
 
 extern char** environ;
@@ -143,6 +145,8 @@ DoctorFacts gather_doctor_facts(const DoctorOptions& options) {
   DoctorFacts f;
   f.libtorch_version = TORCH_VERSION;
   f.libtorch_cuda = torch::cuda::is_available();
+  f.libtorch_cuda_version = FT_TORCH_CUDA_VERSION;
+  f.libtorch_mkl = at::hasMKL();
   f.blas_library = loaded_blas();
   for (char** e = environ; e && *e; ++e)
     if (std::strncmp(*e, "NCCL_", 5) == 0) f.nccl_env.emplace_back(*e);
@@ -206,13 +210,19 @@ std::vector<DoctorFinding> doctor_findings(const DoctorFacts& f, const DoctorOpt
   const bool want_gpus = options.expect_gpus > 0;
 
   // LibTorch and NCCL.
+  const std::string cuda_version = f.libtorch_cuda_version.empty() ? "" : " " + f.libtorch_cuda_version;
   if (f.libtorch_cuda) {
-    add(Level::kOk, "libtorch", str("LibTorch ", f.libtorch_version, " with CUDA"));
+    add(Level::kOk, "libtorch", str("LibTorch ", f.libtorch_version, " with CUDA", cuda_version));
+  } else if (!f.libtorch_cuda_version.empty()) {
+    add(want_gpus ? Level::kFatal : Level::kInfo, "libtorch",
+        str("LibTorch ", f.libtorch_version, " with CUDA", cuda_version,
+            ", but no usable CUDA device: training runs on the CPU"),
+        want_gpus ? str("check nvidia-smi, that the driver supports CUDA", cuda_version, " and CUDA_VISIBLE_DEVICES")
+                  : "");
   } else {
     add(want_gpus ? Level::kFatal : Level::kInfo, "libtorch",
-        str("LibTorch ", f.libtorch_version, ", CPU build (or no usable CUDA device): training runs on the CPU"),
-        want_gpus ? "build against a CUDA LibTorch: cmake -DCMAKE_PREFIX_PATH=$(python3 -c 'import torch;"
-                    "print(torch.utils.cmake_prefix_path)')"
+        str("LibTorch ", f.libtorch_version, ", a CPU build: training runs on the CPU"),
+        want_gpus ? "build against a CUDA LibTorch: scripts/setup.sh --libtorch pip && scripts/build.sh --libtorch pip"
                   : "");
   }
   if (f.nccl_built) {
@@ -222,7 +232,9 @@ std::vector<DoctorFinding> doctor_findings(const DoctorFacts& f, const DoctorOpt
         options.expect_gpus > 1 ? "install the CUDA toolkit with NCCL and rebuild with -DFT_WITH_NCCL=ON" : "");
   }
   // BLAS.
-  if (f.blas_library.empty()) {
+  if (f.blas_library.empty() && f.libtorch_mkl) {
+    add(Level::kOk, "blas", "CPU matrix products through MKL, linked into LibTorch");
+  } else if (f.blas_library.empty()) {
     add(Level::kWarning, "blas", "no BLAS library is loaded: CPU matrix products may use LibTorch's slow fallback",
         "apt-get install libopenblas0-pthread");
   } else if (is_reference_blas(f.blas_library)) {

@@ -39,6 +39,8 @@ struct GpuInfo {
 struct DoctorFacts {
   std::string libtorch_version;          // "1.13.0"
   bool libtorch_cuda = false;            // LibTorch built with CUDA and a device usable
+  std::string libtorch_cuda_version;     // the CUDA LibTorch was built with ("13.2"), "" for a CPU build
+  bool libtorch_mkl = false;             // MKL is linked into LibTorch (a pip torch): CPU matrix products use it
   bool nccl_built = false;               // this build has the NCCL communicator
   std::string nccl_version;              // "2.21.5" when built with NCCL
   std::string blas_library;              // resolved path of the BLAS library loaded, "" if none found

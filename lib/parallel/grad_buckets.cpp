@@ -27,7 +27,8 @@ std::shared_ptr<void> add_post_accumulate_hook(const at::Tensor& param, std::fun
   auto accumulator = torch::autograd::impl::grad_accumulator(param);
   FT_ASSERT(accumulator != nullptr, "trainable parameters are leaves that require grad");
   accumulator->add_post_hook(std::make_unique<AfterAccumulate>(std::move(callback)));
-  return accumulator;
+  // A shared_ptr in LibTorch 1.13, an intrusive_ptr in 2.x: the holder keeps either alive.
+  return std::make_shared<decltype(accumulator)>(std::move(accumulator));
 }
 
 std::int64_t bucket_elements(double bucket_mb, c10::ScalarType wire_dtype) {

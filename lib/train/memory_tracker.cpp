@@ -1,6 +1,8 @@
 #include "train/memory_tracker.h"
 
-#ifdef FT_TORCH_CUDA
+#include "util/build_info.h"
+
+#if FT_TORCH_CUDA
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
 #endif
@@ -11,7 +13,7 @@
 namespace ft::train {
 namespace {
 
-#ifdef FT_TORCH_CUDA
+#if FT_TORCH_CUDA
 c10::DeviceIndex cuda_index(c10::Device device) {
   return device.has_index() ? device.index() : c10::cuda::current_device();
 }
@@ -23,7 +25,7 @@ constexpr std::size_t kAggregate = 0;
 }  // namespace
 
 MemoryTracker::MemoryTracker(c10::Device device) : device_(device) {
-#ifndef FT_TORCH_CUDA
+#if !FT_TORCH_CUDA
   FT_CHECK(device.is_cpu(), "this build's LibTorch has no CUDA: cannot track memory on ", device.str());
 #endif
   if (device.is_cpu()) install_cpu_memory_counter();
@@ -31,7 +33,7 @@ MemoryTracker::MemoryTracker(c10::Device device) : device_(device) {
 }
 
 std::int64_t MemoryTracker::allocated_bytes() const {
-#ifdef FT_TORCH_CUDA
+#if FT_TORCH_CUDA
   if (device_.is_cuda())
     return c10::cuda::CUDACachingAllocator::getDeviceStats(cuda_index(device_)).allocated_bytes[kAggregate].current;
 #endif
@@ -39,7 +41,7 @@ std::int64_t MemoryTracker::allocated_bytes() const {
 }
 
 std::int64_t MemoryTracker::peak_bytes() const {
-#ifdef FT_TORCH_CUDA
+#if FT_TORCH_CUDA
   if (device_.is_cuda())
     return c10::cuda::CUDACachingAllocator::getDeviceStats(cuda_index(device_)).allocated_bytes[kAggregate].peak;
 #endif
@@ -47,7 +49,7 @@ std::int64_t MemoryTracker::peak_bytes() const {
 }
 
 void MemoryTracker::reset_peak() {
-#ifdef FT_TORCH_CUDA
+#if FT_TORCH_CUDA
   if (device_.is_cuda()) {
     c10::cuda::CUDACachingAllocator::resetPeakStats(cuda_index(device_));
     return;

@@ -6,6 +6,8 @@
 #include <atomic>
 #include <mutex>
 
+#include "util/torch_version.h"
+
 namespace ft {
 namespace {
 
@@ -36,14 +38,23 @@ void delete_counted(void* data) {
 
 class CountingAllocator final : public c10::Allocator {
  public:
-  c10::DataPtr allocate(std::size_t bytes) const override {
+  // LibTorch 2.3 made allocate() non-const and added copy_data() (used by clone()).
+#if FT_TORCH_AT_LEAST(2, 3)
+  c10::DataPtr allocate(std::size_t bytes) override { return counted(bytes); }
+  void copy_data(void* dest, const void* src, std::size_t count) const override { default_copy_data(dest, src, count); }
+#else
+  c10::DataPtr allocate(std::size_t bytes) const override { return counted(bytes); }
+#endif
+  c10::DeleterFnPtr raw_deleter() const override { return &delete_counted; }
+
+ private:
+  static c10::DataPtr counted(std::size_t bytes) {
     void* block = g_base->raw_allocate(bytes + kHeader);
     *static_cast<std::size_t*>(block) = bytes;
     add(static_cast<std::int64_t>(bytes));
     void* data = static_cast<char*>(block) + kHeader;
     return {data, data, &delete_counted, c10::Device(c10::DeviceType::CPU)};
   }
-  c10::DeleterFnPtr raw_deleter() const override { return &delete_counted; }
 };
 
 }  // namespace

@@ -2,6 +2,7 @@
 // and clean exit codes with messages for bad input.
 #include <gtest/gtest.h>
 
+#include "model/model_loader.h"
 #include "test_support.h"
 
 namespace ft {
@@ -65,9 +66,14 @@ TEST(FtGenerate, BadInputExitsNonZeroWithAMessage) {
   auto bad_flag = test::run_command(generate_cmd("--model " + test::data_path("stories260K") + " --prompt hi --top-p 2"), true);
   EXPECT_EQ(bad_flag.exit_code, 1);
   EXPECT_NE(bad_flag.output.find("--top-p: expected a number in (0, 1], got 2"), std::string::npos) << bad_flag.output;
+  // LibTorch 1.13 has no fp16 matrix product on the CPU (2.x has): asked for, it is an error up front.
   auto fp16 = test::run_command(generate_cmd("--model " + test::data_path("stories260K") + " --prompt hi --dtype fp16"), true);
-  EXPECT_EQ(fp16.exit_code, 1);
-  EXPECT_NE(fp16.output.find("--dtype: this LibTorch cannot compute in Half on cpu"), std::string::npos) << fp16.output;
+  if (model::compute_dtype_supported(torch::kHalf, torch::kCPU)) {
+    EXPECT_EQ(fp16.exit_code, 0) << fp16.output;
+  } else {
+    EXPECT_EQ(fp16.exit_code, 1);
+    EXPECT_NE(fp16.output.find("--dtype: this LibTorch cannot compute in Half on cpu"), std::string::npos) << fp16.output;
+  }
 }
 
 }  // namespace

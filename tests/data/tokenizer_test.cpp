@@ -35,7 +35,10 @@ std::string from_hex(const std::string& hex) {
 
 std::string show(const Ids& ids) {
   std::string s = "[";
-  for (std::size_t i = 0; i < ids.size(); ++i) s += (i ? "," : "") + std::to_string(ids[i]);
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    if (i > 0) s += ',';
+    s += std::to_string(ids[i]);
+  }
   return s + "]";
 }
 

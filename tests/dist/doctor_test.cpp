@@ -8,6 +8,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <torch/version.h>
+
 #include "dist/doctor.h"
 #include "test_support.h"
 
@@ -21,6 +23,7 @@ DoctorFacts good_box() {
   DoctorFacts f;
   f.libtorch_version = "2.5.1";
   f.libtorch_cuda = true;
+  f.libtorch_cuda_version = "12.4";
   f.nccl_built = true;
   f.nccl_version = "2.21.5";
   f.blas_library = "/usr/lib/x86_64-linux-gnu/openblas-pthread/libblas.so.3";
@@ -97,6 +100,37 @@ TEST(Doctor, GpusWithoutCudaLibTorchOrNcclAndATakenPortAreFatal) {
   EXPECT_EQ(warnings[0].fix, "choose another: ft_launch --master_port 40000 (free now)");
 }
 
+TEST(Doctor, ACudaLibTorchWithoutADeviceAndACpuLibTorchNameTheirFixes) {
+  DoctorFacts f = good_box();
+  f.libtorch_cuda = false;  // built with CUDA 12.4, no device usable
+  auto fatal = of(doctor_findings(f, expecting(2)), Level::kFatal);
+  ASSERT_FALSE(fatal.empty());
+  EXPECT_EQ(fatal[0].message, "LibTorch 2.5.1 with CUDA 12.4, but no usable CUDA device: training runs on the CPU");
+  EXPECT_EQ(fatal[0].fix, "check nvidia-smi, that the driver supports CUDA 12.4 and CUDA_VISIBLE_DEVICES");
+  f.libtorch_cuda_version = "";  // a CPU LibTorch
+  fatal = of(doctor_findings(f, expecting(2)), Level::kFatal);
+  ASSERT_FALSE(fatal.empty());
+  EXPECT_EQ(fatal[0].message, "LibTorch 2.5.1, a CPU build: training runs on the CPU");
+  EXPECT_EQ(fatal[0].fix, "build against a CUDA LibTorch: scripts/setup.sh --libtorch pip && scripts/build.sh --libtorch pip");
+  // Without GPUs expected, either is only information.
+  EXPECT_TRUE(of(doctor_findings(f, expecting(0)), Level::kFatal).empty());
+}
+
+TEST(Doctor, MklInsideLibTorchCountsAsAFastBlas) {
+  DoctorFacts f = good_box();
+  f.blas_library = "";
+  f.libtorch_mkl = true;  // a pip torch: MKL linked into libtorch_cpu.so, no separate BLAS library loaded
+  for (const auto& x : doctor_findings(f, expecting(2))) {
+    if (x.topic == "blas") {
+      EXPECT_EQ(x.level, Level::kOk) << x.message;
+    }
+  }
+  f.libtorch_mkl = false;
+  bool warned = false;
+  for (const auto& x : of(doctor_findings(f, expecting(2)), Level::kWarning)) warned |= x.topic == "blas";
+  EXPECT_TRUE(warned);
+}
+
 TEST(Doctor, ReferenceBlasIsRecognized) {
   EXPECT_TRUE(is_reference_blas("/usr/lib/x86_64-linux-gnu/blas/libblas.so.3"));
   EXPECT_FALSE(is_reference_blas("/usr/lib/x86_64-linux-gnu/openblas-pthread/libblas.so.3"));
@@ -108,7 +142,8 @@ std::string doctor(const std::string& args) { return test::bin_path("ft_doctor")
 TEST(FtDoctor, ReportsThisMachineAndExitsZeroWhenNothingIsExpected) {
   const auto r = test::run_command("NCCL_DEBUG=WARN " + doctor(""));
   EXPECT_EQ(r.exit_code, 0) << r.output;
-  for (const char* text : {"LibTorch 1.13", "blas", "/dev/shm", "in effect: NCCL_DEBUG=WARN", "ready for a run"})
+  for (const std::string& text : {std::string("LibTorch ") + TORCH_VERSION, std::string("blas"), std::string("/dev/shm"),
+                                  std::string("in effect: NCCL_DEBUG=WARN"), std::string("ready for a run")})
     EXPECT_NE(r.output.find(text), std::string::npos) << text << "\n" << r.output;
 }
 

@@ -166,7 +166,7 @@ TEST(ActivationCheckpoint, GradientsAccumulateIntoAFlatBufferAndHooksFire) {
   auto values = torch::empty({total});
   auto grads = torch::zeros({total});
   std::vector<int> counts(params.size(), 0);
-  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators;
+  std::vector<decltype(torch::autograd::impl::grad_accumulator(params[0]))> accumulators;  // shared_ptr (1.13) or intrusive_ptr (2.x)
   std::int64_t offset = 0;
   for (std::size_t i = 0; i < params.size(); ++i) {
     auto& p = params[i];

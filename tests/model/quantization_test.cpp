@@ -8,6 +8,7 @@
 #include <torch/torch.h>
 
 #include <cmath>
+#include <cstring>
 
 #include "data/tokenizer.h"
 #include "model/causal_lm_loss.h"
@@ -21,6 +22,7 @@
 #include "util/file_util.h"
 #include "util/json.h"
 #include "util/memory_counter.h"
+#include "util/torch_version.h"
 
 namespace ft::model {
 namespace {
@@ -63,9 +65,23 @@ TEST(Quantization, CodeBooksMatchTheReference) {
   const auto nf4 = reference()["nf4_code_book_derived"].get<std::vector<float>>();
   ASSERT_EQ(nf4.size(), 16u);
   for (std::size_t i = 0; i < 16; ++i) EXPECT_EQ(nf4_code_book()[i], nf4[i]) << i;  // derived from N(0,1) quantiles
+  // The dynamic map comes from torch.linspace in float32, whose last bit depends on the LibTorch
+  // version (1.13's vectorized kernel and 2.x's round differently): exact on 1.13, where the
+  // reference was made, within two units in the last place on 2.x (the midpoints of a linspace
+  // one unit off, times a power of ten).
   const auto dyn = reference()["dynamic_map"].get<std::vector<float>>();
   ASSERT_EQ(dyn.size(), 256u);
-  for (std::size_t i = 0; i < 256; ++i) EXPECT_EQ(dynamic_map_code()[i], dyn[i]) << i;
+  for (std::size_t i = 0; i < 256; ++i) {
+#if FT_TORCH_AT_LEAST(2, 0)
+    // Units in the last place between two floats of one sign: the distance of their bit patterns.
+    std::int32_t a, b;
+    std::memcpy(&a, &dynamic_map_code()[i], 4);
+    std::memcpy(&b, &dyn[i], 4);
+    EXPECT_LE(std::abs(static_cast<std::int64_t>(a) - b), 2) << i << ": " << dynamic_map_code()[i] << " vs " << dyn[i];
+#else
+    EXPECT_EQ(dynamic_map_code()[i], dyn[i]) << i;
+#endif
+  }
 }
 
 TEST(Quantization, Nf4LayoutMatchesTheReference) {

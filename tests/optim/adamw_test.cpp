@@ -13,6 +13,7 @@
 
 #include "optim/adamw.h"
 #include "optim_test_util.h"
+#include "util/torch_version.h"
 
 namespace ft::optim {
 namespace {
@@ -103,6 +104,16 @@ struct BigProblem {
   }
 };
 
+// The fused loop reproduces LibTorch 1.13's kernels; LibTorch 2.x's add_(alpha) and addcdiv_ fuse
+// the multiply and the add (one rounding instead of two), which moves elements where terms cancel
+// by a few units in the last place: 2.0e-6 at the 1e-6 relative floor with 2.15. The fused path
+// itself is held to PyTorch's optimizer at kTolerance by the reference test above, on every build.
+#if FT_TORCH_AT_LEAST(2, 0)
+constexpr double kTensorOpsTolerance = 1e-5;
+#else
+constexpr double kTensorOpsTolerance = kTolerance;
+#endif
+
 TEST(AdamW, FusedEqualsTensorOpsOnALargeSegmentedBuffer) {
   BigProblem problem;
   AdamWOptions options;
@@ -111,9 +122,9 @@ TEST(AdamW, FusedEqualsTensorOpsOnALargeSegmentedBuffer) {
   const torch::Tensor fused = problem.run(options, &fused_opt);
   options.fused_cpu = false;
   const torch::Tensor ops = problem.run(options, &ops_opt);
-  EXPECT_LE(max_rel_error(fused, ops), kTolerance);
-  EXPECT_LE(max_rel_error(fused_opt.state().exp_avg, ops_opt.state().exp_avg), kTolerance);
-  EXPECT_LE(max_rel_error(fused_opt.state().exp_avg_sq, ops_opt.state().exp_avg_sq), kTolerance);
+  EXPECT_LE(max_rel_error(fused, ops), kTensorOpsTolerance);
+  EXPECT_LE(max_rel_error(fused_opt.state().exp_avg, ops_opt.state().exp_avg), kTensorOpsTolerance);
+  EXPECT_LE(max_rel_error(fused_opt.state().exp_avg_sq, ops_opt.state().exp_avg_sq), kTensorOpsTolerance);
   EXPECT_FALSE(torch::equal(fused, problem.params));  // and something did happen
 }
 

@@ -1,0 +1,25 @@
+# Sourced by build.sh and test.sh: reads an optional leading `--libtorch debian|pip` from the
+# arguments and sets `libtorch`, the build folder `build_dir` and the CMake arguments
+# `cmake_args` that pick that LibTorch. The remaining arguments stay in `args`.
+libtorch=debian
+args=("$@")
+if [ "${args[0]:-}" = "--libtorch" ]; then
+  libtorch=${args[1]:-}
+  args=("${args[@]:2}")
+fi
+case "$libtorch" in
+  debian)
+    build_dir=build
+    cmake_args=() ;;
+  pip)
+    build_dir=build-pip
+    torch_cmake=$(ls -d .venv/lib/python3*/site-packages/torch/share/cmake 2>/dev/null | head -1 || true)
+    if [ -z "$torch_cmake" ]; then
+      echo "$(basename "$0"): no pip LibTorch in .venv/: run scripts/setup.sh --libtorch pip first" >&2
+      exit 1
+    fi
+    cmake_args=("-DCMAKE_PREFIX_PATH=$PWD/$torch_cmake") ;;
+  *)
+    echo "$(basename "$0"): --libtorch takes debian or pip, not '$libtorch'" >&2
+    exit 2 ;;
+esac
