@@ -18,7 +18,9 @@
 #include "model/generation.h"
 #include "model/lora.h"
 #include "model/model_loader.h"
+#include "util/build_info.h"
 #include "util/cpu_threads.h"
+#include "util/error.h"
 #include "util/log.h"
 #include "util/timer.h"
 
@@ -41,6 +43,27 @@ std::string render_prompt(const std::string& prompt, const std::string& template
   return ft::data::render_record(tmpl, record, format).front().text;
 }
 
+// --device: "auto" picks the first GPU when there is one.
+c10::Device parse_device(const std::string& name) {
+  if (name == "auto") return torch::cuda::is_available() ? c10::Device(c10::kCUDA, 0) : c10::Device(c10::kCPU);
+  FT_CHECK(name == "cpu" || name.rfind("cuda", 0) == 0, "--device: expected auto, cpu, cuda or cuda:N, got \"", name, "\"");
+  c10::Device device(c10::kCPU);
+  try {
+    device = c10::Device(name);
+  } catch (const std::exception&) {
+    FT_CHECK(false, "--device: expected auto, cpu, cuda or cuda:N, got \"", name, "\"");
+  }
+  if (device.is_cuda()) {
+    FT_CHECK(torch::cuda::is_available(), "--device ", name, ": ",
+             FT_TORCH_CUDA ? "this LibTorch has CUDA but sees no GPU (nvidia-smi, CUDA_VISIBLE_DEVICES)"
+                           : "this build's LibTorch has no CUDA (scripts/build.sh --libtorch pip builds one that has)");
+    const auto count = static_cast<c10::DeviceIndex>(torch::cuda::device_count());
+    if (!device.has_index()) device = c10::Device(c10::kCUDA, 0);
+    FT_CHECK(device.index() < count, "--device ", name, ": this machine shows ", count, " GPUs");
+  }
+  return device;
+}
+
 int run(int argc, char** argv) {
   cxxopts::Options options("ft_generate", "Generate text from a LLaMA-family model (HF folder).");
   options.add_options()
@@ -57,6 +80,10 @@ int run(int argc, char** argv) {
       ("dtype", "compute dtype fp32|bf16|fp16 (default: the model's)", cxxopts::value<std::string>())
       ("quantize", "store the projections quantized as model.quantize does in training: none | int8 | nf4",
        cxxopts::value<std::string>()->default_value("none"))
+      ("attention", "attention kernel: auto | sdpa | eager (model.attention)",
+       cxxopts::value<std::string>()->default_value("auto"))
+      ("device", "cpu, cuda or cuda:N; auto = cuda:0 when LibTorch has CUDA and a GPU is visible, else cpu",
+       cxxopts::value<std::string>()->default_value("auto"))
       ("threads", "CPU threads for matrix products (default: every core)", cxxopts::value<int>())
       ("h,help", "show this help");
   auto args = options.parse(argc, argv);
@@ -70,6 +97,8 @@ int run(int argc, char** argv) {
 
   const std::string model_dir = args["model"].as<std::string>();
   ft::model::LoadOptions load;
+  load.device = parse_device(args["device"].as<std::string>());
+  const auto attention = ft::model::parse_attention_kernel(args["attention"].as<std::string>(), "--attention");
   if (args.count("dtype")) {
     load.dtype = ft::io::parse_float_dtype(args["dtype"].as<std::string>(), "--dtype");
     ft::model::check_compute_dtype(*load.dtype, load.device, "--dtype");
@@ -84,6 +113,7 @@ int run(int argc, char** argv) {
   load.quantize = ft::model::parse_quantization(args["quantize"].as<std::string>(), "--quantize");
   ft::model::QuantizationReport report;
   auto model = ft::model::load_llama(model_dir, load, &report);
+  model->model->attention_kernel = attention;
   if (load.quantize != ft::model::Quantization::kNone) ft::log::info("base quantized to ", report.summary());
   if (args.count("adapter")) {
     auto lora = ft::model::load_adapter(model, args["adapter"].as<std::string>());

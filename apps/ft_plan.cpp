@@ -48,7 +48,8 @@ ft::Json to_json(const ft::plan::MemoryPlan& plan) {
   }
   return {{"parameters", plan.parameters},        {"lora_parameters", plan.lora_parameters},
           {"gpus", plan.options.gpus},            {"gpu_mem_gb", plan.options.gpu_mem_gb},
-          {"seq_len", plan.seq_len},              {"strategies", strategies},
+          {"seq_len", plan.seq_len},              {"attention", ft::model::attention_kernel_name(plan.attention)},
+          {"strategies", strategies},
           {"recommendation", plan.recommendation}};
 }
 
@@ -58,8 +59,10 @@ void print_table(const ft::plan::MemoryPlan& plan, const ft::config::RunConfig& 
               (long long)plan.seq_len, (long long)plan.options.gpus, plan.options.gpus == 1 ? "" : "s",
               plan.options.gpu_mem_gb, run.model.quantize == "none" ? "" : (", base " + run.model.quantize).c_str());
   std::printf("GB per GPU at the micro-batch shown; activations with the config's checkpointing (%s), the other "
-              "setting in brackets; fits = under %.0f%% of the GPU\n",
-              run.train.activation_checkpointing ? "on" : "off", 100 * (1 - plan.options.headroom));
+              "setting in brackets, %s attention; fits = under %.0f%% of the GPU\n",
+              run.train.activation_checkpointing ? "on" : "off",
+              plan.attention == ft::model::AttentionKernel::kSdpa ? "sdpa (fused, no s² scores)" : "eager (s² scores kept)",
+              100 * (1 - plan.options.headroom));
   std::printf("%-12s %8s %8s %8s %8s %8s %18s %8s %8s  %-4s %5s %5s\n", "strategy", "weights", "grads", "optim",
               "buckets", "gathered", "activations", "overhead", "total", "fits", "micro", "accum");
   for (const auto& p : plan.strategies) {
@@ -84,6 +87,8 @@ int run(int argc, char** argv) {
       ("seq-len", "tokens per sequence (default: data.max_seq_len)", cxxopts::value<std::int64_t>()->default_value("0"))
       ("micro-batch", "plan at this micro-batch (e.g. the config's) instead of the largest that fits",
        cxxopts::value<std::int64_t>()->default_value("0"))
+      ("attention", "plan for this attention kernel: auto (this build's: sdpa on LibTorch 2.x) | sdpa | eager "
+                    "(default: the config's model.attention)", cxxopts::value<std::string>())
       ("json", "print the plan as JSON")
       ("h,help", "show this help");
   auto args = options.parse(argc, argv);
@@ -96,6 +101,7 @@ int run(int argc, char** argv) {
   plan_options.gpu_mem_gb = args["gpu-mem-gb"].as<double>();
   plan_options.seq_len = args["seq-len"].as<std::int64_t>();
   plan_options.micro_batch = args["micro-batch"].as<std::int64_t>();
+  if (args.count("attention")) plan_options.attention = args["attention"].as<std::string>();
   if (plan_options.micro_batch < 0) throw ft::app::UsageError{"--micro-batch must be positive"};
   if (plan_options.gpus <= 0) throw ft::app::UsageError{"--gpus must be positive"};
   if (plan_options.gpu_mem_gb <= 0) throw ft::app::UsageError{"--gpu-mem-gb must be positive"};

@@ -20,6 +20,7 @@
 #include "dist/gpu_checks.h"
 #include "dist/make_communicator.h"
 #include "dist/process_exit.h"
+#include "model/attention.h"
 #include "train/stop_request.h"
 #include "train/trainer.h"
 #include "util/log.h"
@@ -39,6 +40,7 @@ int run(int argc, char** argv) {
     return 0;
   }
   const ft::config::RunConfig config = ft::app::load_config_from_args(args);
+  ft::model::parse_attention_kernel(config.model.attention, "model.attention");  // refused before any work
   // One GPU per local rank when LibTorch has CUDA (and the backend is not forced to Gloo).
   const ft::dist::RankEnv env = ft::dist::read_rank_env();
   const bool cuda = torch::cuda::is_available() && config.parallel.backend != "gloo";

@@ -45,6 +45,8 @@ Schema make_schema() {
       choice("model.dtype", {"auto", "fp32", "bf16", "fp16"}, "auto",
              "dtype the base weights are held in; auto = train.precision"),
       choice("model.quantize", {"none", "int8", "nf4"}, "none", "quantized frozen base (LoRA only)"),
+      choice("model.attention", {"auto", "sdpa", "eager"}, "auto",
+             "attention kernel: sdpa (fused, LibTorch 2.x), eager (scores materialized); auto = sdpa where available"),
       key("data.train", kStr, kRequired, "training dataset, JSON array or JSONL"),
       key("data.eval", kStr, Json(""), "evaluation dataset; empty = none"),
       choice("data.format", {"alpaca", "prompt_completion", "text", "chat"}, "alpaca", "record format"),
@@ -144,6 +146,7 @@ RunConfig parse_run_config(Json config, const std::string& source, const std::ve
   c.model.path = m["path"];
   c.model.dtype = m["dtype"];
   c.model.quantize = m["quantize"];
+  c.model.attention = m["attention"];
   const Json& d = r["data"];
   c.data.train = d["train"];
   c.data.eval = d["eval"];

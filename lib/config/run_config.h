@@ -18,6 +18,7 @@ struct ModelConfig {
   std::string path;              // HF model folder
   std::string dtype = "auto";    // auto|fp32|bf16|fp16: the weights' dtype; must equal train.precision
   std::string quantize = "none"; // none|int8|nf4 (LoRA only)
+  std::string attention = "auto";  // auto|sdpa|eager: the attention kernel (model/attention.h)
 };
 
 struct DataConfig {

@@ -67,6 +67,7 @@ Batch collate(const ItemView& view, const std::vector<std::int64_t>& items) {
       }
       ++b.num_samples;
     }
+    b.packed = b.packed || segment > 1;
     b.num_tokens += t;
   }
   b.num_padding = rows * width - b.num_tokens;

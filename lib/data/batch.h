@@ -26,6 +26,10 @@ struct Batch {
   std::int64_t num_tokens = 0;         // non-padding tokens
   std::int64_t num_target_tokens = 0;  // tokens the loss counts
   std::int64_t num_padding = 0;
+  // A row holds more than one sample: the model needs segment_ids. Otherwise padding sits only at
+  // the rows' ends, where causality already keeps it from every real token, and plain causal
+  // attention (a fused kernel's fast path) gives the same losses and gradients.
+  bool packed = false;
   std::vector<std::int64_t> items;     // dataset items in this batch
 };
 

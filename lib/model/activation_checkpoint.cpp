@@ -136,16 +136,18 @@ torch::Tensor checkpoint(const CheckpointFn& fn, const torch::Tensor& x, const s
 
 torch::Tensor checkpointed_layer(DecoderLayer& layer, const torch::Tensor& x, const LayerInputs& inputs) {
   if (inputs.cache != nullptr || !torch::GradMode::is_enabled())
-    return layer(x, inputs.cos, inputs.sin, inputs.bias, inputs.cache);
-  FT_CHECK(!inputs.cos.requires_grad() && !inputs.sin.requires_grad() && !inputs.bias.requires_grad(),
+    return layer(x, inputs.cos, inputs.sin, inputs.mask, inputs.cache);
+  FT_CHECK(!inputs.cos.requires_grad() && !inputs.sin.requires_grad() &&
+               !(inputs.mask.bias.defined() && inputs.mask.bias.requires_grad()),
            "activation checkpointing: the rotary tables and the attention bias must not require grad");
   std::vector<torch::Tensor> params;
   for (const auto& p : layer->parameters())
     if (p.requires_grad()) params.push_back(p);
   // The lambda holds the layer (a shared pointer) and the inputs until backward has run.
   DecoderLayer held = layer;
-  const torch::Tensor cos = inputs.cos, sin = inputs.sin, bias = inputs.bias;
-  return checkpoint([held, cos, sin, bias](const torch::Tensor& h) mutable { return held(h, cos, sin, bias, nullptr); },
+  const torch::Tensor cos = inputs.cos, sin = inputs.sin;
+  const AttentionMask mask = inputs.mask;
+  return checkpoint([held, cos, sin, mask](const torch::Tensor& h) mutable { return held(h, cos, sin, mask, nullptr); },
                     x, params);
 }
 

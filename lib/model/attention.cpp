@@ -8,8 +8,24 @@
 #include "model/kv_cache.h"
 #include "model/rotary_embedding.h"
 #include "util/error.h"
+#include "util/torch_version.h"
 
 namespace ft::model {
+
+bool sdpa_available() { return FT_TORCH_AT_LEAST(2, 0); }
+
+AttentionKernel parse_attention_kernel(const std::string& name, const std::string& what) {
+  if (name == "auto") return sdpa_available() ? AttentionKernel::kSdpa : AttentionKernel::kEager;
+  if (name == "eager") return AttentionKernel::kEager;
+  FT_CHECK(name == "sdpa", what, ": expected auto, sdpa or eager, got \"", name, "\"");
+  FT_CHECK(sdpa_available(), what, ": sdpa needs LibTorch 2.0 or later, this build has ", TORCH_VERSION,
+           " (use auto or eager, or build against a LibTorch 2.x: scripts/build.sh --libtorch pip)");
+  return AttentionKernel::kSdpa;
+}
+
+const char* attention_kernel_name(AttentionKernel kernel) {
+  return kernel == AttentionKernel::kSdpa ? "sdpa" : "eager";
+}
 
 AttentionImpl::AttentionImpl(const io::LlamaConfig& c, std::int64_t layer_index, const torch::TensorOptions& options,
                              Quantization quantize)
@@ -29,8 +45,61 @@ torch::Tensor repeat_kv(const torch::Tensor& x, std::int64_t groups) {
   return x.unsqueeze(2).expand({b, nkv, groups, s, hd}).reshape({b, nkv * groups, s, hd});
 }
 
-torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor& cos,
-                                     const torch::Tensor& sin, const torch::Tensor& bias, KvCache* cache) {
+namespace {
+
+// The most negative finite value of `dtype`: masked scores stay finite, so a row that may attend
+// to nothing (padding) gives a uniform average instead of NaN.
+double lowest_of(c10::ScalarType dtype) {
+  switch (dtype) {
+    case c10::ScalarType::BFloat16: return static_cast<double>(std::numeric_limits<c10::BFloat16>::lowest());
+    case c10::ScalarType::Half: return static_cast<double>(std::numeric_limits<c10::Half>::lowest());
+    case c10::ScalarType::Double: return std::numeric_limits<double>::lowest();
+    default: return std::numeric_limits<float>::lowest();
+  }
+}
+
+// Scores in the compute dtype (as HF's eager path), softmax in fp32.
+torch::Tensor eager_attention(const torch::Tensor& q, torch::Tensor k, torch::Tensor v, const torch::Tensor& bias,
+                              std::int64_t groups, std::int64_t head_dim) {
+  k = repeat_kv(k, groups);
+  v = repeat_kv(v, groups);
+  auto scores = torch::matmul(q, k.transpose(2, 3)) * (1.0 / std::sqrt(static_cast<double>(head_dim)));
+  auto probs = torch::softmax(scores.to(torch::kFloat) + bias, -1).to(q.scalar_type());
+  return torch::matmul(probs, v);  // [B,nh,T,hd]
+}
+
+torch::Tensor sdpa_attention(const torch::Tensor& q, torch::Tensor k, torch::Tensor v, const AttentionMask& mask,
+                             std::int64_t groups) {
+#if FT_TORCH_AT_LEAST(2, 0)
+  std::optional<at::Tensor> attn_mask;
+  if (mask.bias.defined()) attn_mask = mask.bias;
+#if FT_TORCH_AT_LEAST(2, 5)
+  // enable_gqa lets the kernel read each KV head for its query heads without copies. CUDA's
+  // memory-efficient kernel (the one that takes a mask) does not accept it: with a mask the heads
+  // are repeated, so that the fused kernel still applies.
+  const bool native_gqa = groups > 1 && !attn_mask.has_value();
+#else
+  const bool native_gqa = false;
+#endif
+  if (!native_gqa) {
+    k = repeat_kv(k, groups);
+    v = repeat_kv(v, groups);
+  }
+#if FT_TORCH_AT_LEAST(2, 5)
+  return at::scaled_dot_product_attention(q, k, v, attn_mask, 0.0, mask.causal, {}, native_gqa);
+#else
+  return at::scaled_dot_product_attention(q, k, v, attn_mask, 0.0, mask.causal);
+#endif
+#else
+  FT_ASSERT(false, "the sdpa attention kernel needs LibTorch 2.0 (parse_attention_kernel refuses it)");
+  return {};
+#endif
+}
+
+}  // namespace
+
+torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
+                                     const AttentionMask& mask, KvCache* cache) {
   const auto b = x.size(0), t = x.size(1);
   auto q = q_proj(x).view({b, t, num_heads_, head_dim_}).transpose(1, 2);
   auto k = k_proj(x).view({b, t, num_kv_heads_, head_dim_}).transpose(1, 2);
@@ -38,18 +107,13 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor
   std::tie(q, k) = apply_rotary(q, k, cos, sin);
   if (cache != nullptr) std::tie(k, v) = cache->update(static_cast<std::size_t>(layer_index_), k, v);
   const std::int64_t groups = num_heads_ / num_kv_heads_;
-  k = repeat_kv(k, groups);
-  v = repeat_kv(v, groups);
-
-  // Scores in the compute dtype (as HF's eager path), softmax in fp32.
-  auto scores = torch::matmul(q, k.transpose(2, 3)) * (1.0 / std::sqrt(static_cast<double>(head_dim_)));
-  auto probs = torch::softmax(scores.to(torch::kFloat) + bias, -1).to(q.scalar_type());
-  auto out = torch::matmul(probs, v);  // [B,nh,T,hd]
+  const torch::Tensor out = mask.kernel == AttentionKernel::kSdpa ? sdpa_attention(q, k, v, mask, groups)
+                                                                  : eager_attention(q, k, v, mask.bias, groups, head_dim_);
   return o_proj(out.transpose(1, 2).reshape({b, t, num_heads_ * head_dim_}));
 }
 
-torch::Tensor make_attention_bias(std::int64_t num_queries, std::int64_t past,
-                                  const torch::Tensor& segment_ids, const torch::Device& device) {
+torch::Tensor make_attention_bias(std::int64_t num_queries, std::int64_t past, const torch::Tensor& segment_ids,
+                                  const torch::Device& device, c10::ScalarType dtype) {
   const std::int64_t keys = past + num_queries;
   auto long_opts = torch::TensorOptions().dtype(torch::kLong).device(device);
   auto q_pos = torch::arange(past, keys, long_opts).unsqueeze(1);  // [T,1]
@@ -61,9 +125,23 @@ torch::Tensor make_attention_bias(std::int64_t num_queries, std::int64_t past,
     auto same = seg.unsqueeze(2) == seg.unsqueeze(1);               // [B,T,S]
     allowed = allowed.logical_and(same).logical_and((seg >= 0).unsqueeze(1));
   }
-  auto zero = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat).device(device));
-  auto lowest = torch::full({}, std::numeric_limits<float>::lowest(), zero.options());
+  auto zero = torch::zeros({}, torch::TensorOptions().dtype(dtype).device(device));
+  auto lowest = torch::full({}, lowest_of(dtype), zero.options());
   return torch::where(allowed, zero, lowest).unsqueeze(1);          // [B|1,1,T,S]
+}
+
+AttentionMask make_attention_mask(AttentionKernel kernel, std::int64_t num_queries, std::int64_t past,
+                                  const torch::Tensor& segment_ids, c10::ScalarType dtype,
+                                  const torch::Device& device) {
+  AttentionMask mask;
+  mask.kernel = kernel;
+  if (kernel == AttentionKernel::kSdpa && !segment_ids.defined() && (past == 0 || num_queries == 1)) {
+    mask.causal = past == 0 && num_queries > 1;
+    return mask;
+  }
+  mask.bias = make_attention_bias(num_queries, past, segment_ids, device,
+                                  kernel == AttentionKernel::kSdpa ? dtype : c10::ScalarType::Float);
+  return mask;
 }
 
 }  // namespace ft::model

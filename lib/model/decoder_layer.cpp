@@ -14,8 +14,8 @@ DecoderLayerImpl::DecoderLayerImpl(const io::LlamaConfig& c, std::int64_t layer_
 }
 
 torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& x, const torch::Tensor& cos,
-                                        const torch::Tensor& sin, const torch::Tensor& bias, KvCache* cache) {
-  auto h = x + self_attn(input_layernorm(x), cos, sin, bias, cache);
+                                        const torch::Tensor& sin, const AttentionMask& mask, KvCache* cache) {
+  auto h = x + self_attn(input_layernorm(x), cos, sin, mask, cache);
   return h + mlp(post_attention_layernorm(h));
 }
 

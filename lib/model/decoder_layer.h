@@ -17,7 +17,7 @@ class DecoderLayerImpl : public torch::nn::Module {
  public:
   DecoderLayerImpl(const io::LlamaConfig& config, std::int64_t layer_index, const torch::TensorOptions& options, Quantization quantize = Quantization::kNone);
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
-                        const torch::Tensor& bias, KvCache* cache);
+                        const AttentionMask& mask, KvCache* cache);
 
   Attention self_attn{nullptr};
   Mlp mlp{nullptr};

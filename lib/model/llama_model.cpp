@@ -27,10 +27,12 @@ torch::Tensor LlamaModelImpl::forward(const torch::Tensor& ids, const ForwardOpt
   if (!positions.defined())
     positions = torch::arange(past, past + t, ids.options().dtype(torch::kLong)).unsqueeze(0).expand({b, t});
   auto [cos, sin] = rotary_.cos_sin(positions, h.scalar_type());
-  auto bias = make_attention_bias(t, past, options.segment_ids, ids.device());
-  const LayerInputs inputs{cos, sin, bias, options.cache};
+  const LayerInputs inputs{cos, sin,
+                           make_attention_mask(attention_kernel, t, past, options.segment_ids, h.scalar_type(), ids.device()),
+                           options.cache};
   for (std::size_t i = 0; i < layers.size(); ++i)
-    h = options.layer_runner ? options.layer_runner(i, layers[i], h, inputs) : layers[i](h, cos, sin, bias, options.cache);
+    h = options.layer_runner ? options.layer_runner(i, layers[i], h, inputs)
+                             : layers[i](h, cos, sin, inputs.mask, options.cache);
   if (options.cache != nullptr) options.cache->commit(t);
   return norm(h);
 }

@@ -27,7 +27,7 @@ class KvCache;
 // What a decoder layer needs besides its input, computed once per forward.
 struct LayerInputs {
   torch::Tensor cos, sin;  // rotary tables [B,T,hd]
-  torch::Tensor bias;      // additive attention bias
+  AttentionMask mask;
   KvCache* cache = nullptr;
 };
 
@@ -51,6 +51,9 @@ class LlamaModelImpl : public torch::nn::Module {
   LlamaModelImpl(const io::LlamaConfig& config, const torch::TensorOptions& options, Quantization quantize = Quantization::kNone);
   // ids [B,T] -> final hidden states [B,T,H] (after the last norm).
   torch::Tensor forward(const torch::Tensor& ids, const ForwardOptions& options = {});
+
+  // How attention is computed (model.attention); sdpa where this LibTorch has it.
+  AttentionKernel attention_kernel = parse_attention_kernel("auto", "model.attention");
 
   Embedding embed_tokens{nullptr};
   torch::nn::ModuleList layer_list{nullptr};  // registered as "layers"

@@ -161,7 +161,7 @@ model::LayerRunner FsdpStrategy::layer_runner(bool activation_checkpointing) {
                                           const model::LayerInputs& in) -> torch::Tensor {
     auto run = [&] {
       return activation_checkpointing ? model::checkpointed_layer(layer, x, in)
-                                      : layer(x, in.cos, in.sin, in.bias, in.cache);
+                                      : layer(x, in.cos, in.sin, in.mask, in.cache);
     };
     const int u = index < unit_of_layer_.size() ? unit_of_layer_[index] : -1;
     if (u < 0) return run();  // no trainable parameter in this layer: nothing sharded

@@ -93,41 +93,72 @@ std::int64_t lora_parameters(const Shapes& s, const model::LoraOptions& o, std::
   return n;
 }
 
-// Bytes autograd keeps for one decoder layer and `tokens` tokens (b · s) in our eager LLaMA
-// layer (model/decoder_layer.cpp and what it calls), tensor by tensor; a tensor converted to the
-// dtype it already has is the same tensor, so fp32 (d = 4) keeps fewer than bf16:
+// How attention runs (model/attention.h): eager keeps the s² scores; sdpa (a fused kernel: flash
+// or memory-efficient on CUDA, flash on the CPU) keeps per query only a log-sum-exp. A mask
+// tensor exists for eager always, for sdpa only with packing (otherwise plain causal), and with
+// a mask grouped K/V heads are repeated (CUDA's masked kernel takes no grouped heads).
+struct AttentionShape {
+  bool sdpa = false;
+  bool masked = true;
+  std::int64_t mask_dtype_bytes = 4;  // eager's fp32 bias; sdpa's mask is in the compute dtype
+};
+
+// Bytes autograd keeps for one decoder layer and `tokens` tokens (b · s) in our LLaMA layer
+// (model/decoder_layer.cpp and what it calls), tensor by tensor; a tensor converted to the
+// dtype it already has is the same tensor, so fp32 (d = 4) keeps fewer than bf16. A frozen
+// projection does not keep its input (no weight gradient to compute): under LoRA below fp32 a
+// projection's input in d is kept by nobody, only the adapters' fp32 copies of it are.
 //   each RMSNorm: its fp32 input, the normalized value in d (for its weight's gradient: not with
 //   LoRA), the output in d (the projections' input);
-//   attention: q after rotary, K and V (repeated to the query heads when grouped: the copies are
-//   kept, the originals not), the fp32 softmax output and, below fp32, the probabilities in d
-//   (s² per head), the attention output (o_proj's input);
+//   eager attention: q after rotary, K and V (repeated to the query heads when grouped: the
+//   copies are kept, the originals not), the fp32 softmax output and, below fp32, the
+//   probabilities in d (s² per head), the attention output (o_proj's input);
+//   sdpa attention: q, K and V as the kernel took them (repeated only with a mask), its output
+//   (laid out [b, s, heads, hd], so o_proj's input is the same tensor) and an fp32 log-sum-exp
+//   per query and head;
 //   SwiGLU: gate, silu(gate), up and their product; a LoRA branch: its fp32 input (below fp32),
 //   the rank-r hidden, and with dropout the mask and the dropped copy.
-// The scores themselves are transient (see attention_peak_bytes).
+// The scores themselves are transient (see attention_backward_bytes).
 std::int64_t layer_activation_bytes(const Shapes& s, std::int64_t batch, std::int64_t seq, std::int64_t d, bool lora,
-                                    const std::vector<std::int64_t>& lora_inputs, std::int64_t r, bool dropout) {
+                                    const std::vector<std::int64_t>& lora_inputs, std::int64_t r, bool dropout,
+                                    const AttentionShape& attention) {
   const std::int64_t t = batch * seq;
   const std::int64_t h = s.hidden, q = s.heads * s.head_dim, kv = s.kv_heads * s.head_dim;
   const bool grouped = s.heads != s.kv_heads;
   const std::int64_t below_fp32 = d < 4 ? 1 : 0;
+  const std::int64_t inputs_kept = !lora || d == 4 ? 1 : 0;  // the projections' inputs in d
   std::int64_t bytes = 0;
-  bytes += 2 * t * h * (4 + (lora ? 0 : d) + d);         // two RMSNorms (a frozen weight needs no normalized value)
-  bytes += t * q * d + (grouped ? 2 * t * q : 2 * t * kv) * d;  // q (rotary), K and V
-  bytes += batch * s.heads * seq * seq * (4 + below_fp32 * d);  // softmax output, probabilities
-  bytes += t * q * d;                                    // attention output
-  bytes += 4 * t * s.intermediate * d;                   // gate, silu(gate), up, product
+  bytes += 2 * t * h * (4 + (lora ? 0 : d) + inputs_kept * d);  // two RMSNorms (a frozen weight needs no normalized value)
+  if (attention.sdpa) {
+    const bool repeated = grouped && attention.masked;
+    bytes += t * q * d + (repeated ? 2 * t * q : 2 * t * kv) * d;  // q (rotary), K and V
+    bytes += t * q * d;                                    // the output, o_proj's input
+    bytes += batch * s.heads * seq * 4;                    // log-sum-exp
+  } else {
+    bytes += t * q * d + (grouped ? 2 * t * q : 2 * t * kv) * d;  // q (rotary), K and V
+    bytes += batch * s.heads * seq * seq * (4 + below_fp32 * d);  // softmax output, probabilities
+    bytes += inputs_kept * t * q * d;                      // attention output
+  }
+  bytes += (3 + inputs_kept) * t * s.intermediate * d;   // gate, silu(gate), up, product
   for (std::int64_t in : lora_inputs) bytes += t * (below_fp32 * in * 4 + r * 4 + (dropout ? in * 5 : 0));
   return bytes;
 }
 
-// What lives only while one layer's attention runs backward, on top of what is kept: the
-// softmax gradient's fp32 input and output (s² each per head; the peak of a step, measured).
-std::int64_t attention_backward_bytes(const Shapes& s, std::int64_t batch, std::int64_t seq) {
-  return batch * s.heads * seq * seq * (4 + 4);
+// What lives only while one layer's attention runs backward, on top of what is kept: eager, the
+// softmax gradient's fp32 input and output (s² each per head; the peak of a step, measured);
+// sdpa, the gradients of q, K and V, accumulated in fp32.
+std::int64_t attention_backward_bytes(const Shapes& s, std::int64_t batch, std::int64_t seq,
+                                      const AttentionShape& attention) {
+  if (!attention.sdpa) return batch * s.heads * seq * seq * (4 + 4);
+  const std::int64_t t = batch * seq, q = s.heads * s.head_dim, kv = s.kv_heads * s.head_dim;
+  const bool repeated = s.heads != s.kv_heads && attention.masked;
+  return (t * q + (repeated ? 2 * t * q : 2 * t * kv)) * 4;
 }
 
-// The additive attention mask every layer of a forward shares ([b, 1, s, s] fp32).
-std::int64_t mask_bytes(std::int64_t batch, std::int64_t seq) { return batch * seq * seq * 4; }
+// The attention mask every layer of a forward shares ([b, 1, s, s]), when there is one.
+std::int64_t mask_bytes(std::int64_t batch, std::int64_t seq, const AttentionShape& attention) {
+  return attention.masked ? batch * seq * seq * attention.mask_dtype_bytes : 0;
+}
 
 // Kept at the edges of the stack: the final RMSNorm (as a layer's) and the loss's fp32
 // log-softmax over the vocabulary.
@@ -151,10 +182,22 @@ std::string gb(std::int64_t bytes) {
 
 }  // namespace
 
+model::AttentionKernel planned_attention(const std::string& name) {
+  if (name == "sdpa") return model::AttentionKernel::kSdpa;
+  if (name == "eager") return model::AttentionKernel::kEager;
+  FT_CHECK(name == "auto", "attention: expected auto, sdpa or eager, got \"", name, "\"");
+  return model::sdpa_available() ? model::AttentionKernel::kSdpa : model::AttentionKernel::kEager;
+}
+
 MemoryBreakdown memory_for(const config::RunConfig& run, const io::LlamaConfig& model, const std::string& strategy,
-                           bool lora, std::int64_t micro_batch, std::int64_t seq_len, std::int64_t gpus) {
+                           bool lora, std::int64_t micro_batch, std::int64_t seq_len, std::int64_t gpus,
+                           model::AttentionKernel kernel) {
   const Shapes s = shapes_of(model);
   const std::int64_t d = static_cast<std::int64_t>(c10::elementSize(io::parse_float_dtype(run.train.precision, "train.precision")));
+  AttentionShape attention;
+  attention.sdpa = kernel == model::AttentionKernel::kSdpa;
+  attention.masked = !attention.sdpa || run.data.packing;
+  attention.mask_dtype_bytes = attention.sdpa ? d : 4;
   const bool mixed = d < 4;
   const std::int64_t w = std::max<std::int64_t>(gpus, 1);
   const bool zero = strategy == "zero1" || strategy == "zero2" || strategy == "fsdp";
@@ -210,13 +253,14 @@ MemoryBreakdown memory_for(const config::RunConfig& run, const io::LlamaConfig& 
   // mask) or in the backward of the top layer's attention (the loss's buffers freed by then);
   // with checkpointing, each layer's input is kept and one layer at a time is recomputed (its
   // mask with it).
-  const std::int64_t layer = layer_activation_bytes(s, micro_batch, seq_len, d, lora, lora_inputs, r, dropout);
+  const std::int64_t layer = layer_activation_bytes(s, micro_batch, seq_len, d, lora, lora_inputs, r, dropout, attention);
+  const std::int64_t mask = mask_bytes(micro_batch, seq_len, attention);
   const std::int64_t forward_end = edge_activation_bytes(s, micro_batch, seq_len, d, lora) +
-                                   logits_bytes(s, micro_batch, seq_len, d) + mask_bytes(micro_batch, seq_len);
-  const std::int64_t top_attention_backward = attention_backward_bytes(s, micro_batch, seq_len);
+                                   logits_bytes(s, micro_batch, seq_len, d) + mask;
+  const std::int64_t top_attention_backward = attention_backward_bytes(s, micro_batch, seq_len, attention);
   m.activations_full = s.layers * layer + std::max(forward_end, top_attention_backward);
   m.activations_checkpointed = s.layers * micro_batch * seq_len * s.hidden * d +
-                               std::max(forward_end, layer + top_attention_backward + mask_bytes(micro_batch, seq_len));
+                               std::max(forward_end, layer + top_attention_backward + mask);
   m.activations = run.train.activation_checkpointing ? m.activations_checkpointed : m.activations_full;
   m.overhead = kFrameworkOverhead;
   return m;
@@ -229,6 +273,7 @@ MemoryPlan plan_memory(const config::RunConfig& run, const io::LlamaConfig& mode
   MemoryPlan plan;
   plan.options = options;
   plan.seq_len = options.seq_len > 0 ? options.seq_len : run.data.max_seq_len;
+  plan.attention = planned_attention(options.attention.empty() ? run.model.attention : options.attention);
   const Shapes s = shapes_of(model);
   plan.parameters = s.params;
   plan.lora_parameters = lora_parameters(s, lora_setup(run).options, nullptr);
@@ -242,7 +287,9 @@ MemoryPlan plan_memory(const config::RunConfig& run, const io::LlamaConfig& mode
     p.name = name;
     p.lora = lora;
     const std::string strategy = lora ? name.substr(5) : name;
-    auto at = [&](std::int64_t b) { return memory_for(run, model, strategy, lora, b, plan.seq_len, options.gpus); };
+    auto at = [&](std::int64_t b) {
+      return memory_for(run, model, strategy, lora, b, plan.seq_len, options.gpus, plan.attention);
+    };
     if (options.micro_batch > 0) {
       p.micro_batch = at(options.micro_batch).total() <= capacity ? options.micro_batch : 0;
     } else {

@@ -7,8 +7,8 @@
 // fp32 master + AdamW moments, sharded per ZeRO stage; for LoRA the frozen base in the compute
 // dtype (or int8 / NF4, model/quantization.h) plus fp32 LoRA weights, gradients and moments.
 // Activations are counted per token and per layer from the tensors our LLaMA keeps for backward
-// (eager attention: the s² scores are there), with and without activation checkpointing, plus
-// the logits and their fp32 loss buffers. A fixed framework overhead (CUDA context, cuBLAS and
+// (eager attention keeps the s² scores, sdpa's fused kernels do not), with and without
+// activation checkpointing, plus the logits and their fp32 loss buffers. A fixed framework overhead (CUDA context, cuBLAS and
 // NCCL workspaces) is added per GPU.
 #pragma once
 
@@ -18,6 +18,7 @@
 
 #include "config/run_config.h"
 #include "io/hf_config.h"
+#include "model/attention.h"
 
 namespace ft::plan {
 
@@ -32,6 +33,9 @@ struct PlanOptions {
   // A plan fits when its total stays under (1 - headroom) of the GPU: the caching allocator's
   // fragmentation and what the estimate does not see need room.
   double headroom = 0.05;
+  // The attention kernel to plan for: "sdpa", "eager", "auto" (sdpa where this build's LibTorch
+  // has it); empty = the config's model.attention.
+  std::string attention;
 };
 
 // Per GPU, in bytes, for one micro-batch size.
@@ -70,6 +74,7 @@ struct MemoryPlan {
   std::int64_t parameters = 0;         // Ψ, a tied embedding counted once
   std::int64_t lora_parameters = 0;    // Ψ_L of the LoRA row
   std::int64_t seq_len = 0;
+  model::AttentionKernel attention = model::AttentionKernel::kEager;  // what the plan assumes
   PlanOptions options;
   std::vector<StrategyPlan> strategies;  // the LoRA row first, then ddp, zero1, zero2, fsdp
   std::string recommendation;            // one sentence
@@ -77,8 +82,14 @@ struct MemoryPlan {
 
 MemoryPlan plan_memory(const config::RunConfig& run, const io::LlamaConfig& model, const PlanOptions& options);
 
+// The kernel a plan assumes for an attention setting: "sdpa", "eager", or "auto" = sdpa where
+// this build's LibTorch has it (the kernel itself need not exist here: ft_plan on a laptop plans
+// a GPU box's run).
+model::AttentionKernel planned_attention(const std::string& name);
+
 // The breakdown for one strategy and micro-batch (what plan_memory searches over).
 MemoryBreakdown memory_for(const config::RunConfig& run, const io::LlamaConfig& model, const std::string& strategy,
-                           bool lora, std::int64_t micro_batch, std::int64_t seq_len, std::int64_t gpus);
+                           bool lora, std::int64_t micro_batch, std::int64_t seq_len, std::int64_t gpus,
+                           model::AttentionKernel attention);
 
 }  // namespace ft::plan

@@ -33,6 +33,7 @@ TrainableModel build_trainable_model(const config::RunConfig& c, const data::Tok
   if (load.quantize != model::Quantization::kNone) tm.quantization.emplace();
   tm.model = model::load_llama(c.model.path, load, tm.quantization ? &*tm.quantization : nullptr);
   if (tm.quantization) log::info("base quantized to ", tm.quantization->summary());
+  tm.model->model->attention_kernel = model::parse_attention_kernel(c.model.attention, "model.attention");
   FT_CHECK(tokenizer.vocab_size() <= tm.model->config().vocab_size, tokenizer.path(), " has ", tokenizer.vocab_size(),
            " pieces but the model's vocab_size is ", tm.model->config().vocab_size);
   if (c.lora) {

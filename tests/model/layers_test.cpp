@@ -4,6 +4,11 @@
 // different but equivalent order of operations.
 #include <gtest/gtest.h>
 
+#include <torch/version.h>
+
+#include <limits>
+#include <vector>
+
 #include "model/attention.h"
 #include "model/decoder_layer.h"
 #include "model/mlp.h"
@@ -93,14 +98,23 @@ TEST_F(LayerReference, Llama3RopeScaling) {
   EXPECT_LT((rope.inv_freq() - expected).abs().div(expected.abs()).max().item<double>(), 1e-6);
 }
 
+// The attention kernels this LibTorch has: eager always, sdpa from 2.0.
+std::vector<AttentionKernel> kernels() {
+  std::vector<AttentionKernel> out{AttentionKernel::kEager};
+  if (sdpa_available()) out.push_back(AttentionKernel::kSdpa);
+  return out;
+}
+
 TEST_F(LayerReference, GroupedQueryAttention) {
   Attention attn(config(), 0, kFloat);
   load_attention(attn);
   torch::NoGradGuard g;
   auto x = tensor("rms_norm_out");
-  auto bias = make_attention_bias(x.size(1), 0, torch::Tensor(), torch::kCPU);
-  auto out = attn(x, tensor("cos"), tensor("sin"), bias, nullptr);
-  EXPECT_LT(test::max_abs_diff(out, tensor("attention_out")), kTolerance);
+  for (AttentionKernel kernel : kernels()) {
+    const auto mask = make_attention_mask(kernel, x.size(1), 0, torch::Tensor(), torch::kFloat, torch::kCPU);
+    auto out = attn(x, tensor("cos"), tensor("sin"), mask, nullptr);
+    EXPECT_LT(test::max_abs_diff(out, tensor("attention_out")), kTolerance) << attention_kernel_name(kernel);
+  }
 }
 
 TEST_F(LayerReference, SwiGLU) {
@@ -118,9 +132,11 @@ TEST_F(LayerReference, DecoderLayer) {
   layer->input_layernorm->weight.copy_(weight("input_layernorm"));
   layer->post_attention_layernorm->weight.copy_(weight("post_attention_layernorm"));
   auto x = tensor("x");
-  auto bias = make_attention_bias(x.size(1), 0, torch::Tensor(), torch::kCPU);
-  auto out = layer(x, tensor("cos"), tensor("sin"), bias, nullptr);
-  EXPECT_LT(test::max_abs_diff(out, tensor("layer_out")), kTolerance);
+  for (AttentionKernel kernel : kernels()) {
+    const auto mask = make_attention_mask(kernel, x.size(1), 0, torch::Tensor(), torch::kFloat, torch::kCPU);
+    auto out = layer(x, tensor("cos"), tensor("sin"), mask, nullptr);
+    EXPECT_LT(test::max_abs_diff(out, tensor("layer_out")), kTolerance) << attention_kernel_name(kernel);
+  }
 }
 
 TEST(AttentionBias, CausalSegmentsAndPadding) {
@@ -133,6 +149,39 @@ TEST(AttentionBias, CausalSegmentsAndPadding) {
   // With a cache of 3 positions, 2 new queries see everything up to themselves.
   auto cached = make_attention_bias(2, 3, torch::Tensor(), torch::kCPU).squeeze().eq(0);
   EXPECT_TRUE(torch::equal(cached, torch::tensor({1, 1, 1, 1, 0, 1, 1, 1, 1, 1}).to(torch::kBool).reshape({2, 5})));
+  // In bf16 (the sdpa kernel's dtype) the masked value is bf16's lowest, finite.
+  auto bf16 = make_attention_bias(2, 0, torch::Tensor(), torch::kCPU, torch::kBFloat16).squeeze();
+  EXPECT_EQ(bf16.scalar_type(), torch::kBFloat16);
+  EXPECT_TRUE(torch::isfinite(bf16).all().item<bool>());
+  EXPECT_EQ(bf16[0][1].item<double>(), static_cast<double>(std::numeric_limits<c10::BFloat16>::lowest()));
+}
+
+TEST(AttentionMask, SdpaGetsATensorOnlyWhenCausalityDoesNotSayItAll) {
+  const auto none = torch::Tensor();
+  if (!sdpa_available()) {
+    EXPECT_FT_ERROR(parse_attention_kernel("sdpa", "model.attention"), "model.attention: sdpa needs LibTorch 2.0");
+    EXPECT_EQ(parse_attention_kernel("auto", "model.attention"), AttentionKernel::kEager);
+    GTEST_SKIP() << "LibTorch " << TORCH_VERSION << " has no scaled_dot_product_attention";
+  }
+  EXPECT_EQ(parse_attention_kernel("auto", "x"), AttentionKernel::kSdpa);
+  EXPECT_FT_ERROR(parse_attention_kernel("flash", "model.attention"), "model.attention: expected auto, sdpa or eager, got \"flash\"");
+  const auto plain = make_attention_mask(AttentionKernel::kSdpa, 5, 0, none, torch::kFloat, torch::kCPU);
+  EXPECT_TRUE(plain.causal);
+  EXPECT_FALSE(plain.bias.defined());
+  const auto decode = make_attention_mask(AttentionKernel::kSdpa, 1, 7, none, torch::kFloat, torch::kCPU);
+  EXPECT_FALSE(decode.causal);
+  EXPECT_FALSE(decode.bias.defined());
+  const auto packed = make_attention_mask(AttentionKernel::kSdpa, 3, 0, torch::tensor({{0, 0, 1}}), torch::kBFloat16,
+                                          torch::kCPU);
+  ASSERT_TRUE(packed.bias.defined());
+  EXPECT_EQ(packed.bias.scalar_type(), torch::kBFloat16);
+  const auto chunk = make_attention_mask(AttentionKernel::kSdpa, 2, 3, none, torch::kFloat, torch::kCPU);
+  ASSERT_TRUE(chunk.bias.defined());
+  EXPECT_EQ(chunk.bias.sizes(), (std::vector<std::int64_t>{1, 1, 2, 5}));
+  // eager always has its fp32 bias
+  const auto eager = make_attention_mask(AttentionKernel::kEager, 5, 0, none, torch::kBFloat16, torch::kCPU);
+  ASSERT_TRUE(eager.bias.defined());
+  EXPECT_EQ(eager.bias.scalar_type(), torch::kFloat);
 }
 
 }  // namespace

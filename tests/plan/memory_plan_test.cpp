@@ -92,12 +92,51 @@ TEST(MemoryPlan, QuantizedLoraBaseIsCountedAtItsQuantizedSize) {
   EXPECT_NE(bf16.recommendation.find("quantize the base"), std::string::npos) << bf16.recommendation;
 }
 
+TEST(MemoryPlan, SdpaKeepsNoScoresSoActivationsGrowLinearlyWithLength) {
+  const auto model = model_config("llama-2-7b");
+  const auto run = shipped("llama7b_lora.json", "llama-2-7b", {"data.packing=false"});
+  const auto eager = model::AttentionKernel::kEager, sdpa = model::AttentionKernel::kSdpa;
+  for (bool lora : {true, false}) {
+    const auto e2k = memory_for(run, model, "zero2", lora, 1, 2048, 8, eager);
+    const auto s2k = memory_for(run, model, "zero2", lora, 1, 2048, 8, sdpa);
+    const auto s4k = memory_for(run, model, "zero2", lora, 1, 4096, 8, sdpa);
+    const auto e4k = memory_for(run, model, "zero2", lora, 1, 4096, 8, eager);
+    // sdpa saves each layer eager's bf16 probabilities and fp32 softmax output (6 bytes per head
+    // and score) and keeps a 4-byte log-sum-exp per head and query instead, and under LoRA its
+    // bf16 output (which eager's frozen o_proj does not keep); without the s² terms, twice the
+    // tokens is twice the activations, while eager's grow by far more.
+    const std::int64_t s = 2048, layers = model.num_hidden_layers, heads = model.num_attention_heads;
+    const std::int64_t output = lora ? layers * s * heads * model.head_dim * 2 : 0;
+    EXPECT_GE(e2k.activations_full - s2k.activations_full, layers * heads * (6 * s * s - 4 * s) - output) << lora;
+    EXPECT_NEAR(static_cast<double>(s4k.activations_full) / s2k.activations_full, 2.0, 0.05) << lora;
+    EXPECT_GT(static_cast<double>(e4k.activations_full) / e2k.activations_full, 2.5) << lora;
+    // Everything but the activations is the same.
+    EXPECT_EQ(s2k.model_state(), e2k.model_state());
+  }
+  // With packing, sdpa gets a mask (in bf16) and repeats no heads (LLaMA-2-7B has no grouping):
+  // the only difference to unpacked is the mask, [b, 1, s, s] in the compute dtype.
+  const auto packed = shipped("llama7b_lora.json", "llama-2-7b", {"data.packing=true", "train.activation_checkpointing=false"});
+  const auto unpacked = shipped("llama7b_lora.json", "llama-2-7b", {"data.packing=false", "train.activation_checkpointing=false"});
+  EXPECT_EQ(memory_for(packed, model, "ddp", true, 1, 2048, 1, sdpa).activations_full -
+                memory_for(unpacked, model, "ddp", true, 1, 2048, 1, sdpa).activations_full,
+            std::int64_t{2048} * 2048 * 2);
+  // ft_plan names the kernel it assumed; auto is this build's.
+  PlanOptions o;
+  o.attention = "eager";
+  EXPECT_EQ(plan_memory(run, model, o).attention, eager);
+  o.attention = "auto";
+  EXPECT_EQ(plan_memory(run, model, o).attention, model::sdpa_available() ? sdpa : eager);
+  o.attention = "flash";
+  EXPECT_FT_ERROR(plan_memory(run, model, o), "attention: expected auto, sdpa or eager, got \"flash\"");
+}
+
 TEST(MemoryPlan, ActivationCheckpointingAndBatchArithmetic) {
   const auto model = model_config("llama-2-7b");
   const auto run = shipped("llama7b_lora.json", "llama-2-7b");
-  const auto with = memory_for(run, model, "ddp", true, 1, 2048, 8);
+  const auto eager = model::AttentionKernel::kEager;
+  const auto with = memory_for(run, model, "ddp", true, 1, 2048, 8, eager);
   EXPECT_LT(with.activations_checkpointed * 10, with.activations_full);
-  EXPECT_EQ(memory_for(run, model, "ddp", true, 2, 2048, 8).activations_full, 2 * with.activations_full);
+  EXPECT_EQ(memory_for(run, model, "ddp", true, 2, 2048, 8, eager).activations_full, 2 * with.activations_full);
   // A global batch that does not divide over the GPUs gets the nearest one that does.
   PlanOptions o;
   o.gpus = 3;
