@@ -30,7 +30,12 @@ std::optional<StepData> TrainDataLoader::produce() {
   for (std::int64_t m = 0; m < options_.accumulation; ++m) {
     std::vector<std::int64_t> items = sampler_.next_indices(options_.micro_batch_size);
     FT_ASSERT(static_cast<std::int64_t>(items.size()) == options_.micro_batch_size, "a whole micro-batch");
-    step.micro_batches.push_back(collate(view_, items));
+    Batch batch = collate(view_, items);
+    if (options_.pin_memory) {
+      for (at::Tensor* t : {&batch.input_ids, &batch.labels, &batch.position_ids, &batch.segment_ids})
+        *t = t->pin_memory();
+    }
+    step.micro_batches.push_back(std::move(batch));
   }
   step.next_state = sampler_.state();
   const double total = static_cast<double>(sampler_.total_size());

@@ -32,6 +32,9 @@ struct LoaderOptions {
   bool shuffle = true;
   std::uint64_t seed = 0;
   std::size_t prefetch = 2;
+  // Batches in page-locked host memory (done on the prefetch thread), so that copying them to a
+  // GPU with non_blocking runs asynchronously. Needs a CUDA LibTorch: set for CUDA training.
+  bool pin_memory = false;
 };
 
 class TrainDataLoader {

@@ -5,9 +5,11 @@
 #pragma once
 
 #include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
 
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace ft::dist {
 
@@ -28,6 +30,9 @@ class Communicator {
   virtual int rank() const = 0;
   virtual int world_size() const = 0;
   virtual std::string backend() const = 0;
+  // Where the backend takes tensors: the CPU for Gloo, the rank's GPU for NCCL. A world of one
+  // takes them anywhere and says the CPU.
+  virtual c10::Device device() const = 0;
 
   // In place on `tensor`.
   virtual std::shared_ptr<Work> all_reduce(at::Tensor& tensor, ReduceOp op) = 0;
@@ -45,8 +50,15 @@ class Communicator {
 // A world of one: collectives are identities (reduce_scatter and all_gather copy).
 std::unique_ptr<Communicator> make_single_process_communicator();
 
-// Blocking conveniences.
+// Blocking conveniences for the few numbers of a step (token counts, a loss, flags, memory
+// readings): staged on the backend's device and read back once, so that they work on NCCL too.
 void all_reduce(Communicator& comm, at::Tensor& tensor, ReduceOp op);
 double all_reduce_scalar(Communicator& comm, double value, ReduceOp op);
+std::vector<double> all_reduce_values(Communicator& comm, const std::vector<double>& values, ReduceOp op);
+// `values` (any device, any floating dtype, [n]) reduced over all ranks, returned as CPU doubles:
+// the one point where a step reads back what its micro-batches summed on the GPU.
+std::vector<double> all_reduce_to_host(Communicator& comm, const at::Tensor& values, ReduceOp op);
+// Each rank's `values` (the same count on every rank), gathered on every rank: row r is rank r's.
+std::vector<std::vector<double>> gather_per_rank(Communicator& comm, const std::vector<double>& values);
 
 }  // namespace ft::dist

@@ -230,6 +230,7 @@ class GlooCommunicator : public Communicator {
   int rank() const override { return shared_->rank; }
   int world_size() const override { return shared_->world_size; }
   std::string backend() const override { return "gloo"; }
+  c10::Device device() const override { return c10::kCPU; }
 
   std::shared_ptr<Work> all_reduce(at::Tensor& tensor, ReduceOp op) override {
     const OpInfo info = shared_->next_op("all_reduce", &tensor, dtype_name(tensor.scalar_type()) + ", " + op_name(op));

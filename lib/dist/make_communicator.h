@@ -17,11 +17,16 @@
 namespace ft::dist {
 
 // backend: "auto" (NCCL when `device` is CUDA, else Gloo), "gloo" or "nccl" (parallel.backend).
-// A world of one gets the single-process communicator whatever the backend, except that "nccl"
-// in a build without NCCL is an error everywhere, so a config fails the same way on 1 and 8 GPUs.
-// store: from rendezvous() (null in a world of one). timeout_s bounds every collective.
+// A world of one gets the single-process communicator for "auto" and "gloo", and a real NCCL
+// communicator for "nccl" (see nccl_communicator.h). store: from rendezvous() (null in a world of
+// one). timeout_s bounds every collective.
 std::unique_ptr<Communicator> make_communicator(const std::string& backend, const c10::Device& device,
                                                 const RankEnv& env, std::shared_ptr<Store> store, double timeout_s);
+
+// The backend's name ("nccl" or "gloo") when it can run on `device` in this build, else an
+// ft::Error that names the build (its LibTorch, whether it has CUDA and NCCL) and the fix: the
+// same on 1 and 8 ranks, before any rank waits for another.
+std::string check_backend(const std::string& backend, const c10::Device& device);
 
 // Whether this build has the NCCL communicator (CMake option FT_WITH_NCCL).
 bool nccl_compiled();

@@ -1,12 +1,20 @@
-// NCCL communicator on the NCCL C API and the CUDA runtime API only (no LibTorch CUDA headers):
-// non-blocking, abortable initialization; collectives on our own stream, ordered after the legacy
-// default stream; waits that poll the event and the communicator's async error until the timeout.
+// NCCL communicator on the NCCL C API and the CUDA runtime API: non-blocking, abortable
+// initialization; collectives on our own stream, ordered after LibTorch's current stream of the
+// rank's device (what produced the tensors), under a guard that restores the caller's device;
+// waits that poll the event and the communicator's async error until the timeout. Only the
+// current-stream lookup needs LibTorch's CUDA headers: a CPU LibTorch (which compiles this file
+// where the CUDA toolkit is installed) has no CUDA tensors to order after.
 #include "dist/nccl_communicator.h"
 
 #include <cuda_runtime.h>
 #include <nccl.h>
 
 #include <ATen/core/Tensor.h>
+
+#include "util/build_info.h"
+#if FT_TORCH_CUDA
+#include <c10/cuda/CUDAStream.h>
+#endif
 
 #include <atomic>
 #include <chrono>
@@ -44,6 +52,32 @@ std::string fmt_s(double s) {
 void cuda_check(cudaError_t e, const char* what) {
   FT_CHECK(e == cudaSuccess, what, " failed: ", cudaGetErrorString(e));
 }
+
+// The stream LibTorch queues this device's work on (its current stream); the legacy default
+// stream where LibTorch has no CUDA.
+cudaStream_t torch_stream(int device) {
+#if FT_TORCH_CUDA
+  return c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(device)).stream();
+#else
+  (void)device;
+  return cudaStreamLegacy;
+#endif
+}
+
+// Makes `device` current for its lifetime, then restores the caller's.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device) {
+    cuda_check(cudaGetDevice(&previous_), "cudaGetDevice");
+    if (previous_ != device) cuda_check(cudaSetDevice(device), "cudaSetDevice");
+  }
+  ~DeviceGuard() { cudaSetDevice(previous_); }
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int previous_ = 0;
+};
 
 bool nccl_type(at::ScalarType t, ncclDataType_t* out) {
   switch (t) {
@@ -126,7 +160,7 @@ struct Shared {
   [[noreturn]] void fail(const OpInfo& op, bool timed_out, double seconds, const std::string& backend_error) {
     std::string diagnosis;
     try {
-      diagnosis = monitor->diagnose();
+      diagnosis = monitor ? monitor->diagnose() : "the only rank";
     } catch (const std::exception& e) {
       diagnosis = str("(could not tell which rank: ", e.what(), ")");
     }
@@ -157,14 +191,15 @@ struct Shared {
     }
   }
 
-  // Runs after whatever was queued on the legacy default stream (LibTorch's default), on ours.
+  // Runs on our stream after whatever LibTorch has queued on its current stream of this device
+  // (the kernels that wrote the tensors).
   template <typename F>
   cudaEvent_t enqueue(const OpInfo& op, F&& launch) {
     check_usable(op);
-    cuda_check(cudaSetDevice(device), "cudaSetDevice");
+    DeviceGuard guard(device);
     cudaEvent_t ready = nullptr;
     cuda_check(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming), "cudaEventCreate");
-    cuda_check(cudaEventRecord(ready, cudaStreamLegacy), "cudaEventRecord");
+    cuda_check(cudaEventRecord(ready, torch_stream(device)), "cudaEventRecord");
     cuda_check(cudaStreamWaitEvent(stream, ready, 0), "cudaStreamWaitEvent");
     cudaEventDestroy(ready);
     const auto start = Clock::now();
@@ -194,7 +229,7 @@ struct Shared {
       std::this_thread::sleep_for(pause);
       pause = std::min(pause * 2, std::chrono::microseconds(1000));
     }
-    monitor->completed_one();
+    if (monitor) monitor->completed_one();
   }
 
   void shutdown() {
@@ -203,7 +238,7 @@ struct Shared {
       std::lock_guard<std::mutex> lock(mutex);
       failed = !failure.empty();
     }
-    cudaSetDevice(device);
+    DeviceGuard guard(device);
     if (failed) {
       if (monitor) monitor->stop();
       abort();
@@ -267,6 +302,7 @@ class NcclCommunicator : public Communicator {
   int rank() const override { return shared_->rank; }
   int world_size() const override { return shared_->world_size; }
   std::string backend() const override { return "nccl"; }
+  c10::Device device() const override { return c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(shared_->device)); }
 
   std::shared_ptr<Work> all_reduce(at::Tensor& tensor, ReduceOp op) override {
     const OpInfo info = shared_->next_op("all_reduce", &tensor, dtype_name(tensor.scalar_type()) + ", " + op_name(op));
@@ -362,8 +398,8 @@ int g_instances = 0;
 std::unique_ptr<Communicator> make_nccl_communicator(const RankEnv& env, std::shared_ptr<Store> store,
                                                      int device_index, double timeout_s) {
   FT_CHECK(timeout_s > 0, "NCCL communicator: timeout must be > 0 s, got ", timeout_s);
-  if (!env.distributed()) return make_single_process_communicator();
-  FT_CHECK(store != nullptr, "NCCL communicator for rank ", env.rank, ": no store (call rendezvous() first)");
+  FT_CHECK(store != nullptr || !env.distributed(), "NCCL communicator for rank ", env.rank,
+           ": no store (call rendezvous() first)");
   int devices = 0;
   const cudaError_t count_error = cudaGetDeviceCount(&devices);
   FT_CHECK(count_error == cudaSuccess && devices > 0, "rank ", env.rank, " wants cuda:", device_index,
@@ -380,7 +416,9 @@ std::unique_ptr<Communicator> make_nccl_communicator(const RankEnv& env, std::sh
   shared->timeout_s = timeout_s;
   shared->name = str("nccl", g_instances++);
   shared->store = store;
-  shared->monitor = std::make_unique<PeerMonitor>(*store, env.rank, env.world_size, shared->name, timeout_s);
+  // A world of one (parallel.backend nccl on one GPU) has no peers to watch and no id to share.
+  if (env.distributed())
+    shared->monitor = std::make_unique<PeerMonitor>(*store, env.rank, env.world_size, shared->name, timeout_s);
   cuda_check(cudaSetDevice(device_index), "cudaSetDevice");
   cuda_check(cudaStreamCreateWithFlags(&shared->stream, cudaStreamNonBlocking), "cudaStreamCreate");
   cuda_check(cudaMalloc(reinterpret_cast<void**>(&shared->barrier_value), sizeof(float)), "cudaMalloc");
@@ -393,10 +431,11 @@ std::unique_ptr<Communicator> make_nccl_communicator(const RankEnv& env, std::sh
     // No communicator object exists yet for the NCCL-level shutdown: stop the monitor ourselves.
     std::string message = str("initializing NCCL (rank ", env.rank, " of ", env.world_size, ", cuda:", device_index, ") ",
                               timed_out ? "timed out after " : "failed after ", fmt_s(since(start)), " s: ",
-                              shared->monitor->diagnose(), why.empty() ? "" : ". " + why);
+                              shared->monitor ? shared->monitor->diagnose() : "the only rank",
+                              why.empty() ? "" : ". " + why);
     shared->abort();
     shared->failure = message;
-    shared->monitor->stop();
+    if (shared->monitor) shared->monitor->stop();
     note_communication_failure();
     throw Error(message);
   };
@@ -407,7 +446,7 @@ std::unique_ptr<Communicator> make_nccl_communicator(const RankEnv& env, std::sh
   if (env.rank == 0) {
     const ncclResult_t r = ncclGetUniqueId(&id);
     if (r != ncclSuccess) fail_init(false, str("ncclGetUniqueId: ", ncclGetErrorString(r)));
-    store->set(id_key, std::string(id.internal, sizeof(id.internal)));
+    if (store) store->set(id_key, std::string(id.internal, sizeof(id.internal)));
   } else {
     const double left = std::chrono::duration<double>(deadline - Clock::now()).count();
     if (!store->wait_for({id_key}, std::max(left, 0.0))) fail_init(true, "rank 0 never published the NCCL unique id");

@@ -5,11 +5,13 @@
 //   - ncclUniqueId travels through the store; initialization is non-blocking
 //     (ncclCommInitRankConfig with blocking = 0) and polled with the timeout, so a rank that never
 //     comes leads to ncclCommAbort and an error, not a hang (NVIDIA/nccl#289).
-//   - Collectives run on a stream of ours, after the work queued on the legacy default stream
-//     (the stream LibTorch uses unless told otherwise); Work::wait() polls cudaEventQuery and
-//     ncclCommGetAsyncError until the timeout, then aborts the communicator and throws an
-//     ft::Error that names the operation and the missing ranks, as the Gloo communicator does.
+//   - Collectives run on a stream of ours, after the work queued on LibTorch's current stream of
+//     the rank's device; Work::wait() polls cudaEventQuery and ncclCommGetAsyncError until the
+//     timeout, then aborts the communicator and throws an ft::Error that names the operation and
+//     the missing ranks, as the Gloo communicator does.
 //   - kAvg is ncclAvg; barrier() is a one-element all_reduce.
+//   - A world of one is a real NCCL communicator too (no store needed): make_communicator gives
+//     one for parallel.backend "nccl" on a single GPU.
 #pragma once
 
 #include <memory>

@@ -20,7 +20,7 @@ EvalResult evaluate(model::LlamaForCausalLM& model, const data::TokenFile& file,
   const std::int64_t most_items = (n + world - 1) / world;
   const std::int64_t batches = (most_items + micro_batch_size - 1) / micro_batch_size;
   const auto device = model->output_weight().device();
-  double loss_sum = 0;
+  torch::Tensor loss_sum = torch::zeros({}, torch::TensorOptions().dtype(torch::kDouble).device(device));
   std::int64_t tokens = 0;
   for (std::int64_t b = 0; b < batches; ++b) {
     std::vector<std::int64_t> items;
@@ -33,18 +33,19 @@ EvalResult evaluate(model::LlamaForCausalLM& model, const data::TokenFile& file,
     options.layer_runner = hooks.layer_runner;
     if (hooks.before_forward) hooks.before_forward();
     options.position_ids = batch.position_ids.to(device);
-    options.segment_ids = batch.segment_ids.to(device);
+    if (batch.packed) options.segment_ids = batch.segment_ids.to(device);
     model::LossSum loss = model::causal_lm_loss(model(batch.input_ids.to(device), options), batch.labels.to(device));
     if (dummy) continue;
-    loss_sum += loss.sum.item<double>();
+    loss_sum += loss.sum.detach();  // on the device: read once, after the last batch
     tokens += loss.tokens;
   }
-  auto totals = torch::tensor({loss_sum, static_cast<double>(tokens)}, torch::kDouble);
-  comm.all_reduce(totals, dist::ReduceOp::kSum)->wait();
+  const torch::Tensor token_count = torch::full({1}, static_cast<double>(tokens), loss_sum.options());
+  const std::vector<double> totals =
+      dist::all_reduce_to_host(comm, torch::cat({loss_sum.reshape({1}), token_count}), dist::ReduceOp::kSum);
   if (was_training) model->train();
   EvalResult r;
-  r.tokens = static_cast<std::int64_t>(totals[1].item<double>());
-  r.loss = r.tokens > 0 ? totals[0].item<double>() / r.tokens : NAN;
+  r.tokens = static_cast<std::int64_t>(totals[1]);
+  r.loss = r.tokens > 0 ? totals[0] / r.tokens : NAN;
   r.perplexity = std::exp(r.loss);
   return r;
 }

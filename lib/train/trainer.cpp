@@ -106,19 +106,6 @@ ResumePoint open_resume_checkpoint(const config::RunConfig& c, const ResumeOptio
   return point;
 }
 
-// Each rank's `values` (the same count on every rank), gathered on every rank: row r is rank r's.
-std::vector<std::vector<double>> gather_per_rank(dist::Communicator& comm, const std::vector<double>& values) {
-  const auto n = static_cast<std::int64_t>(values.size());
-  auto table = torch::zeros({comm.world_size(), n}, torch::kDouble);
-  table[comm.rank()].copy_(torch::tensor(values, torch::kDouble));
-  comm.all_reduce(table, dist::ReduceOp::kSum)->wait();
-  std::vector<std::vector<double>> rows(static_cast<std::size_t>(comm.world_size()));
-  auto t = table.accessor<double, 2>();
-  for (std::int64_t r = 0; r < comm.world_size(); ++r)
-    for (std::int64_t i = 0; i < n; ++i) rows[static_cast<std::size_t>(r)].push_back(t[r][i]);
-  return rows;
-}
-
 // Every rank's memory (what it held as the step began, its peak since training began) and GPU
 // reading, gathered with one all-reduce into the step's record: memory_bytes, peak_memory_bytes,
 // and gpu when a rank has one. A GPU that throttles is reported once per kind on its own rank.
@@ -130,7 +117,7 @@ void add_rank_resources(Json& record, dist::Communicator& comm, std::int64_t hel
   const dist::GpuSample sample = reading.value_or(dist::GpuSample{});
   Json held = Json::array(), peak = Json::array(), gpus = Json::array();
   bool any_gpu = false;
-  for (const auto& row : gather_per_rank(
+  for (const auto& row : dist::gather_per_rank(
            comm, {static_cast<double>(held_at_step_start), static_cast<double>(memory.peak_bytes()),
                   reading ? 1.0 : 0.0, sample.temperature_c, sample.power_w, sample.sm_clock_mhz,
                   static_cast<double>(sample.throttle_reasons)})) {
@@ -214,6 +201,7 @@ TrainSummary run_training(const config::RunConfig& c, dist::Communicator& comm, 
   lo.shuffle = c.data.shuffle;
   lo.seed = c.train.seed;
   lo.prefetch = static_cast<std::size_t>(c.data.prefetch);
+  lo.pin_memory = device.is_cuda();
   data::TrainDataLoader loader(train_file, lo, comm.rank(), static_cast<int>(world),
                               ckpt ? ckpt->state().sampler : data::SamplerState{});
   std::int64_t total_steps = c.train.max_steps > 0 ? c.train.max_steps : c.train.epochs * loader.steps_per_epoch();
@@ -319,38 +307,42 @@ TrainSummary run_training(const config::RunConfig& c, dist::Communicator& comm, 
       local_samples += b.num_samples;
       local_seen += b.num_tokens;
     }
-    auto counts = torch::tensor({static_cast<double>(local_tokens), static_cast<double>(local_samples),
-                                 static_cast<double>(local_seen)}, torch::kDouble);
-    comm.all_reduce(counts, dist::ReduceOp::kSum)->wait();
-    const double step_tokens = counts[0].item<double>();
+    const std::vector<double> counts = dist::all_reduce_values(
+        comm, {static_cast<double>(local_tokens), static_cast<double>(local_samples), static_cast<double>(local_seen)},
+        dist::ReduceOp::kSum);
+    const double step_tokens = counts[0];
     // Held before any activation exists: model and optimizer state, prefetched batches. (After
     // the step a backend may still hold its last collective's staging buffers.)
     const std::int64_t held_at_step_start = memory.allocated_bytes();
 
     Stopwatch compute_clock;
-    double loss_sum = 0;
+    // Summed where the loss is (on a GPU: no host synchronisation inside the micro-batch loop, the
+    // batches arrive in pinned memory and copy asynchronously); read once, after the loop.
+    torch::Tensor loss_sum = torch::zeros({}, torch::TensorOptions().dtype(torch::kDouble).device(device));
     for (std::size_t m = 0; m < data.micro_batches.size(); ++m) {
       const data::Batch& b = data.micro_batches[m];
       strategy->before_backward(m + 1 == data.micro_batches.size());
       strategy->before_forward();
       model::ForwardOptions options;
       options.layer_runner = hooks.layer_runner;
-      options.position_ids = b.position_ids.to(device);
-      options.segment_ids = b.segment_ids.to(device);
-      model::LossSum loss = model::causal_lm_loss(tm.model(b.input_ids.to(device), options), b.labels.to(device));
+      options.position_ids = b.position_ids.to(device, /*non_blocking=*/true);
+      if (b.packed) options.segment_ids = b.segment_ids.to(device, /*non_blocking=*/true);
+      model::LossSum loss = model::causal_lm_loss(tm.model(b.input_ids.to(device, /*non_blocking=*/true), options),
+                                                  b.labels.to(device, /*non_blocking=*/true));
       if (fault_value("loss.nan")) loss.sum = loss.sum * std::numeric_limits<double>::quiet_NaN();
       const double multiplier = scale_loss ? scaler.scale() / step_tokens : 1.0 / step_tokens;
       (loss.sum * multiplier).backward();
-      loss_sum += loss.sum.item<double>();
+      loss_sum += loss.sum.detach();
     }
     strategy->finish_gradients();
     const double compute_s = compute_clock.seconds();
 
     // The step's loss, and whether any rank got a stop signal: all ranks then stop after this step.
-    auto reduced = torch::tensor({loss_sum, stop_requested() ? 1.0 : 0.0}, torch::kDouble);
-    comm.all_reduce(reduced, dist::ReduceOp::kSum)->wait();
-    const double loss = reduced[0].item<double>() / step_tokens;
-    stop = reduced[1].item<double>() > 0;
+    const torch::Tensor stop_flag = torch::full({1}, stop_requested() ? 1.0 : 0.0, loss_sum.options());
+    const std::vector<double> reduced =
+        dist::all_reduce_to_host(comm, torch::cat({loss_sum.reshape({1}), stop_flag}), dist::ReduceOp::kSum);
+    const double loss = reduced[0] / step_tokens;
+    stop = reduced[1] > 0;
     const double loss_scale = scale_loss ? scaler.scale() : 1.0;
     const double grad_norm = std::sqrt(strategy->grad_sum_of_squares()) / loss_scale;
     const double lr = schedule.lr(step);
@@ -396,8 +388,8 @@ TrainSummary run_training(const config::RunConfig& c, dist::Communicator& comm, 
                      {"loss", loss},
                      {"lr", lr},
                      {"grad_norm", grad_norm},
-                     {"tokens_per_s", counts[2].item<double>() / step_s},
-                     {"samples_per_s", counts[1].item<double>() / step_s},
+                     {"tokens_per_s", counts[2] / step_s},
+                     {"samples_per_s", counts[1] / step_s},
                      {"target_tokens", static_cast<std::int64_t>(step_tokens)},
                      {"time", {{"step", step_s},
                                {"data_wait", data_wait},
@@ -411,7 +403,7 @@ TrainSummary run_training(const config::RunConfig& c, dist::Communicator& comm, 
       if (scale_loss) record["loss_scale"] = loss_scale;
       if (c.train.skip_spikes) record["spike_steps"] = spike_steps;
       metrics.write(record);
-      progress.update(step + 1, loss, counts[2].item<double>() / step_s, run_clock.seconds());
+      progress.update(step + 1, loss, counts[2] / step_s, run_clock.seconds());
     }
     if (c.log.eval_every_steps > 0 && (step + 1) % c.log.eval_every_steps == 0 && step + 1 < total_steps)
       run_eval(step + 1);

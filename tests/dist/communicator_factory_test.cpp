@@ -2,11 +2,13 @@
 // rendezvous and config check with ranks as threads over a real TCP store on loopback (the
 // multi-process versions are in multirank_test.cpp).
 #include <gtest/gtest.h>
+
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <torch/torch.h>
+#include <torch/version.h>
 
 #include <future>
 
@@ -14,6 +16,7 @@
 #include "dist/nccl_communicator.h"
 #include "dist/rendezvous.h"
 #include "test_support.h"
+#include "util/build_info.h"
 
 namespace ft::dist {
 namespace {
@@ -65,14 +68,20 @@ TEST(MakeCommunicator, BackendChoiceAndErrors) {
   EXPECT_FT_ERROR(make_communicator("gloo", torch::Device(torch::kCUDA, 0), one, nullptr, 10),
                   "parallel.backend gloo takes CPU tensors in this build, but the device is cuda:0: use nccl (or auto)");
   if (nccl_compiled()) {
+    // The message names the build: its LibTorch, CUDA or not, and the fix.
     EXPECT_FT_ERROR(make_communicator("nccl", torch::kCPU, one, nullptr, 10),
-                    "parallel.backend nccl needs a CUDA device, but the device is cpu: use gloo (or auto) for CPU tensors");
+                    std::string("parallel.backend nccl needs a CUDA device, but the device is cpu: this build (LibTorch ") +
+                        TORCH_VERSION);
+    EXPECT_FT_ERROR(check_backend("nccl", torch::kCPU),
+                    FT_TORCH_CUDA ? " sees no GPU (check nvidia-smi and CUDA_VISIBLE_DEVICES); or use gloo (or auto) for CPU training"
+                                  : " cannot use one (scripts/build.sh --libtorch pip builds against a CUDA LibTorch); or use "
+                                    "gloo (or auto) for CPU training");
     EXPECT_EQ(make_communicator("auto", torch::Device(torch::kCUDA, 0), one, nullptr, 10)->backend(), "single");
   } else {
     EXPECT_FT_ERROR(make_communicator("nccl", torch::kCPU, one, nullptr, 10),
-                    "parallel.backend nccl on device cpu, but this build of ft has no NCCL");
+                    "parallel.backend nccl on device cpu, but this build (LibTorch");
     EXPECT_FT_ERROR(make_communicator("auto", torch::Device(torch::kCUDA, 0), one, nullptr, 10),
-                    "parallel.backend auto picked nccl for device cuda:0, but this build of ft has no NCCL");
+                    "no NCCL communicator) has no NCCL: rebuild where CMake finds NCCL");
   }
   EXPECT_FT_ERROR(make_communicator("gloo", torch::kCPU, env_of(0, 2, 1), nullptr, 10),
                   "make_communicator for rank 0 of 2: no store (rendezvous() first)");
@@ -84,6 +93,9 @@ TEST(MakeCommunicator, NcclWithoutGpuSaysSo) {
   const int port = free_port();
   auto store = Store::connect(env_of(0, 2, port), 5);  // rank 0 hosts; nobody else needed
   EXPECT_FT_ERROR(make_nccl_communicator(env_of(0, 2, port), store, 0, 5),
+                  "rank 0 wants cuda:0 for NCCL but no CUDA device is usable here");
+  // parallel.backend nccl in a world of one is a real NCCL communicator, so it says the same.
+  EXPECT_FT_ERROR(make_communicator("nccl", torch::Device(torch::kCUDA, 0), RankEnv{}, nullptr, 5),
                   "rank 0 wants cuda:0 for NCCL but no CUDA device is usable here");
 }
 #endif

@@ -22,6 +22,7 @@ class FakeComm : public dist::Communicator {
   int rank() const override { return 0; }
   int world_size() const override { return 2; }
   std::string backend() const override { return "fake"; }
+  c10::Device device() const override { return c10::kCPU; }
   std::shared_ptr<dist::Work> all_reduce(at::Tensor& t, dist::ReduceOp) override {
     t.mul_(2);
     calls.push_back(t.numel());

@@ -82,6 +82,7 @@ class FakeTwoRanks : public dist::Communicator {
   int rank() const override { return rank_; }
   int world_size() const override { return 2; }
   std::string backend() const override { return "fake"; }
+  c10::Device device() const override { return c10::kCPU; }
   std::shared_ptr<dist::Work> all_reduce(at::Tensor& t, dist::ReduceOp) override {
     t.mul_(2);
     return std::make_shared<Done>();
