@@ -1,9 +1,12 @@
 // bench_forward_backward: training throughput of a LLaMA model (random init) on this machine.
-// Measures the fp32 matrix-product rate first (the ceiling), then forward + backward of the
-// causal-LM loss, and reports tokens/s, achieved GFLOP/s (6N + 12·L·H·Q·T per token, N the
-// parameters that take part in matrix products) and that as a fraction of the ceiling.
+// Measures the matrix-product rate in the model's dtype first (the ceiling), then forward +
+// backward of the causal-LM loss, and reports tokens/s, achieved GFLOP/s (6N + 12·L·H·Q·T per
+// token, N the parameters that take part in matrix products) and that as a fraction of the
+// ceiling (MFU), and the peak memory of a step.
 //   bench_forward_backward                      # ~110M parameters, batch 4 x 256 tokens
 //   bench_forward_backward --layers 4 --hidden 256 --seq 128 --threads 1
+//   bench_forward_backward --device cuda --dtype bf16 --layers 16 --hidden 2048 --heads 16 --kv-heads 16
+//     --intermediate 5632 --batch 8 --seq 2048            (~1B parameters on a GPU, one command)
 #include <cxxopts.hpp>
 
 #include <cstdio>
@@ -17,7 +20,9 @@
 #include "bench/training_flops.h"
 #include "model/causal_lm_loss.h"
 #include "model/llama_model.h"
+#include "train/memory_tracker.h"
 #include "util/cpu_threads.h"
+#include "util/error.h"
 #include "util/timer.h"
 
 namespace {
@@ -35,6 +40,8 @@ int run(int argc, char** argv) {
       ("intermediate", "SwiGLU hidden size", cxxopts::value<std::int64_t>()->default_value("2048"))
       ("vocab", "vocabulary size", cxxopts::value<std::int64_t>()->default_value("32000"))
       ("dtype", "fp32|bf16", cxxopts::value<std::string>()->default_value("fp32"))
+      ("device", "cpu or cuda", cxxopts::value<std::string>()->default_value("cpu"))
+      ("attention", "auto | sdpa | eager", cxxopts::value<std::string>()->default_value("auto"))
       ("threads", "CPU threads (default: all cores)", cxxopts::value<int>())
       ("h,help", "show this help");
   auto args = options.parse(argc, argv);
@@ -58,32 +65,45 @@ int run(int argc, char** argv) {
   c.max_position_embeddings = seq;
   const int steps = args["steps"].as<int>();
 
-  const double peak = ft::bench::measure_matmul_peak(c10::kCPU, dtype, at::get_num_threads(), 2048).flops_per_s / 1e9;
+  const c10::Device device(args["device"].as<std::string>());
+  FT_CHECK(device.is_cpu() || torch::cuda::is_available(), "--device ", device.str(), ": no CUDA device is visible");
+  const double peak =
+      ft::bench::measure_matmul_peak(device, dtype, at::get_num_threads(), device.is_cpu() ? 2048 : 0).flops_per_s / 1e9;
   ft::model::LlamaForCausalLM model(c, torch::TensorOptions().dtype(dtype));
   ft::model::init_weights(model, 1234);
+  model->to(device);
+  model->model->attention_kernel = ft::model::parse_attention_kernel(args["attention"].as<std::string>(), "--attention");
+  ft::train::MemoryTracker memory(device);
   // PaLM's model FLOPs per token (the one ft_bench uses).
   const double flops_per_token = ft::bench::training_flops_per_token(c, seq, /*lora_parameters=*/0);
 
   auto gen = at::detail::createCPUGenerator(7);
-  auto ids = torch::randint(0, c.vocab_size, {batch, seq}, gen, torch::kLong);
+  auto ids = torch::randint(0, c.vocab_size, {batch, seq}, gen, torch::kLong).to(device);
+  auto sync = [&] {
+    if (device.is_cuda()) torch::cuda::synchronize();
+  };
   auto step = [&] {
     auto loss = ft::model::causal_lm_loss(model(ids), ids);
     (loss.sum / static_cast<double>(loss.tokens)).backward();
   };
-  step();  // warm up: first-touch allocations
+  step();  // warm up: first-touch allocations, kernel selection
   model->zero_grad();
+  sync();
+  memory.reset_peak();
   ft::Stopwatch watch;
   for (int i = 0; i < steps; ++i) {
     step();
     model->zero_grad();
   }
+  sync();
   const double seconds = watch.seconds();
   const double tokens_per_s = batch * seq * steps / seconds;
   const double gflops = tokens_per_s * flops_per_token / 1e9;
-  std::printf("model: %.1fM parameters, %lld layers, hidden %lld, heads %lld/%lld, vocab %lld, %s\n",
+  std::printf("model: %.1fM parameters, %lld layers, hidden %lld, heads %lld/%lld, vocab %lld, %s, %s attention, on %s\n",
               static_cast<double>(c.num_parameters()) / 1e6, (long long)c.num_hidden_layers, (long long)c.hidden_size,
               (long long)c.num_attention_heads, (long long)c.num_key_value_heads, (long long)c.vocab_size,
-              args["dtype"].as<std::string>().c_str());
+              args["dtype"].as<std::string>().c_str(), ft::model::attention_kernel_name(model->model->attention_kernel),
+              device.str().c_str());
   std::printf("BLAS: %s\n", ft::blas_description().c_str());
   std::printf("threads: %d (BLAS; LibTorch's own pool 1), batch %lld x %lld tokens, %d steps\n",
               args.count("threads") ? args["threads"].as<int>() : static_cast<int>(std::thread::hardware_concurrency()),
@@ -93,6 +113,8 @@ int run(int argc, char** argv) {
   std::printf("forward+backward:         %8.1f tokens/s, %.3f s/step\n", tokens_per_s, seconds / steps);
   std::printf("achieved:                 %8.1f GFLOP/s (%.2f GFLOP/token) = %.0f%% of the matmul peak\n",
               gflops, flops_per_token / 1e9, 100.0 * gflops / peak);
+  std::printf("peak memory of a step:    %8.2f GB (%s)\n", memory.peak_bytes() / 1e9,
+              device.is_cpu() ? "counted CPU allocations" : "CUDA caching allocator");
   return 0;
 }
 

@@ -25,6 +25,7 @@ std::string describe(const GpuSample& s) {
   add(s.temperature_c, "%.0f C");
   add(s.power_w, "%.1f W");
   add(s.sm_clock_mhz, "SM clock %.0f MHz");
+  add(s.utilization_pct, "%.0f %% busy");
   char reasons[40];
   std::snprintf(reasons, sizeof(reasons), "NVML reasons 0x%llx", static_cast<unsigned long long>(s.throttle_reasons));
   return out + (out.empty() ? "" : ", ") + reasons;
@@ -76,6 +77,7 @@ std::optional<GpuSample> GpuTelemetry::sample() const {
   if (const auto t = nvml_->temperature_c(device_)) s.temperature_c = *t, any = true;
   if (const auto p = nvml_->power_mw(device_)) s.power_w = *p / 1000.0, any = true;
   if (const auto c = nvml_->sm_clock_mhz(device_)) s.sm_clock_mhz = *c, any = true;
+  if (const auto u = nvml_->gpu_utilization_pct(device_)) s.utilization_pct = *u, any = true;
   if (const auto r = nvml_->clock_event_reasons(device_)) s.throttle_reasons = *r, any = true;
   if (!any) return std::nullopt;
   return s;
@@ -86,6 +88,7 @@ Json sample_json(const GpuSample& s) {
   if (!std::isnan(s.temperature_c)) j["temperature_c"] = s.temperature_c;
   if (!std::isnan(s.power_w)) j["power_w"] = s.power_w;
   if (!std::isnan(s.sm_clock_mhz)) j["sm_clock_mhz"] = s.sm_clock_mhz;
+  if (!std::isnan(s.utilization_pct)) j["utilization_pct"] = s.utilization_pct;
   Json throttle = Json::array();
   if (s.thermal_throttle()) throttle.push_back("thermal");
   if (s.power_throttle()) throttle.push_back("power");

@@ -22,6 +22,7 @@ struct GpuSample {
   double temperature_c = kUnknown;
   double power_w = kUnknown;
   double sm_clock_mhz = kUnknown;
+  double utilization_pct = kUnknown;  // share of the last NVML sample period with a kernel running
   std::uint64_t throttle_reasons = 0;  // Nvml::k* bits, 0 when unknown
 
   // SW or HW thermal slowdown; also HW slowdown without a power-brake bit beside it (NVML sets

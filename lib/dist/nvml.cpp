@@ -43,6 +43,7 @@ Nvml::Nvml() {
   bind(lib_, temperature_, "nvmlDeviceGetTemperature");
   bind(lib_, power_, "nvmlDeviceGetPowerUsage");
   bind(lib_, clock_, "nvmlDeviceGetClockInfo");
+  bind(lib_, utilization_, "nvmlDeviceGetUtilizationRates");
   // Renamed "clock events" in newer NVML (the old name is deprecated); older drivers have only the old one.
   bind(lib_, reasons_, "nvmlDeviceGetCurrentClocksEventReasons");
   if (!reasons_) bind(lib_, reasons_, "nvmlDeviceGetCurrentClocksThrottleReasons");
@@ -107,6 +108,12 @@ std::optional<unsigned> Nvml::sm_clock_mhz(Device device) const {
   unsigned value = 0;
   if (!ok() || !clock_ || !device || clock_(device, kClockSm, &value) != 0) return std::nullopt;
   return value;
+}
+
+std::optional<unsigned> Nvml::gpu_utilization_pct(Device device) const {
+  Utilization value{};
+  if (!ok() || !utilization_ || !device || utilization_(device, &value) != 0) return std::nullopt;
+  return value.gpu;
 }
 
 std::optional<std::uint64_t> Nvml::clock_event_reasons(Device device) const {

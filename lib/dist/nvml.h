@@ -48,6 +48,8 @@ class Nvml {
   std::optional<unsigned> temperature_c(Device device) const;  // GPU die, degrees Celsius
   std::optional<unsigned> power_mw(Device device) const;       // board power draw, milliwatts
   std::optional<unsigned> sm_clock_mhz(Device device) const;   // current SM clock
+  // Percent of the last sample period (1/6 s to 1 s, by GPU) in which a kernel was running.
+  std::optional<unsigned> gpu_utilization_pct(Device device) const;
   std::optional<std::uint64_t> clock_event_reasons(Device device) const;  // the k* bits above
 
  private:
@@ -67,6 +69,10 @@ class Nvml {
   UIntQuery power_ = nullptr;
   Status (*clock_)(Device, int, unsigned*) = nullptr;  // (device, nvmlClockType_t, MHz)
   Status (*reasons_)(Device, unsigned long long*) = nullptr;
+  struct Utilization {  // nvmlUtilization_t
+    unsigned gpu, memory;
+  };
+  Status (*utilization_)(Device, Utilization*) = nullptr;
 };
 
 }  // namespace ft::dist

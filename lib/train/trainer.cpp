@@ -120,7 +120,7 @@ void add_rank_resources(Json& record, dist::Communicator& comm, std::int64_t hel
   for (const auto& row : dist::gather_per_rank(
            comm, {static_cast<double>(held_at_step_start), static_cast<double>(memory.peak_bytes()),
                   reading ? 1.0 : 0.0, sample.temperature_c, sample.power_w, sample.sm_clock_mhz,
-                  static_cast<double>(sample.throttle_reasons)})) {
+                  static_cast<double>(sample.throttle_reasons), sample.utilization_pct})) {
     held.push_back(static_cast<std::int64_t>(row[0]));
     peak.push_back(static_cast<std::int64_t>(row[1]));
     any_gpu = any_gpu || row[2] > 0;
@@ -129,6 +129,7 @@ void add_rank_resources(Json& record, dist::Communicator& comm, std::int64_t hel
     r.power_w = row[4];
     r.sm_clock_mhz = row[5];
     r.throttle_reasons = static_cast<std::uint64_t>(row[6]);
+    r.utilization_pct = row[7];
     gpus.push_back(row[2] > 0 ? dist::sample_json(r) : Json(nullptr));
   }
   record["memory_bytes"] = held;

@@ -21,23 +21,7 @@
 namespace ft::dist {
 namespace {
 
-// A port nothing listens on right now; with `keep`, the socket stays open and listening.
-int free_port(int* keep = nullptr) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_ANY);
-  socklen_t len = sizeof(addr);
-  EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-  EXPECT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
-  if (keep != nullptr) {
-    EXPECT_EQ(::listen(fd, 4), 0);
-    *keep = fd;
-  } else {
-    ::close(fd);
-  }
-  return ntohs(addr.sin_port);
-}
+using test::free_port;
 
 RankEnv env_of(int rank, int world, int port) {
   RankEnv e;

@@ -1,9 +1,9 @@
 // A fake libnvidia-ml for the telemetry tests (loaded through FT_NVML_LIBRARY): the C calls that
 // dist/nvml.cpp looks up, answering for two GPUs with fixed readings.
-//   GPU 0, bus 00000000:41:00.0: 65 C, 180000 mW, SM 1980 MHz, reasons GPU idle (not throttling)
-//   GPU 1, bus 00000000:81:00.0: 83 C, 287500 mW, SM 1410 MHz, reasons HW slowdown | HW thermal
+//   GPU 0, bus 00000000:41:00.0: 65 C, 180000 mW, SM 1980 MHz, 0 % busy, reasons GPU idle (not throttling)
+//   GPU 1, bus 00000000:81:00.0: 83 C, 287500 mW, SM 1410 MHz, 97 % busy, reasons HW slowdown | HW thermal
 // Built with FAKE_NVML_LEGACY it is an older driver's: only nvmlDeviceGetCurrentClocksThrottleReasons,
-// no power reading (NOT_SUPPORTED), and GPU 0 held at its power cap.
+// no power or utilization reading (NOT_SUPPORTED), and GPU 0 held at its power cap.
 // FAKE_NVML_INIT_ERROR=N makes nvmlInit_v2 fail with N; fake_nvml_inits() counts inits not shut down.
 #include <cstdlib>
 #include <cstring>
@@ -15,14 +15,14 @@ constexpr int kSuccess = 0, kUninitialized = 1, kInvalidArgument = 2, kNotSuppor
 
 struct FakeGpu {
   const char* bus_id;
-  unsigned temperature_c, power_mw, sm_clock_mhz;
+  unsigned temperature_c, power_mw, sm_clock_mhz, utilization_pct;
   unsigned long long reasons;
 };
 
 #ifdef FAKE_NVML_LEGACY
-FakeGpu gpus[2] = {{"00000000:41:00.0", 65, 180000, 1980, 0x4}, {"00000000:81:00.0", 83, 287500, 1410, 0x48}};
+FakeGpu gpus[2] = {{"00000000:41:00.0", 65, 180000, 1980, 0, 0x4}, {"00000000:81:00.0", 83, 287500, 1410, 97, 0x48}};
 #else
-FakeGpu gpus[2] = {{"00000000:41:00.0", 65, 180000, 1980, 0x1}, {"00000000:81:00.0", 83, 287500, 1410, 0x48}};
+FakeGpu gpus[2] = {{"00000000:41:00.0", 65, 180000, 1980, 0, 0x1}, {"00000000:81:00.0", 83, 287500, 1410, 97, 0x48}};
 #endif
 int inits = 0;
 
@@ -103,6 +103,19 @@ int nvmlDeviceGetPowerUsage(void* device, unsigned* milliwatts) {
 int nvmlDeviceGetClockInfo(void* device, int type, unsigned* mhz) {
   if (type != 1) return kNotSupported;  // only NVML_CLOCK_SM, so another type shows as missing
   return answer(device, mhz, &FakeGpu::sm_clock_mhz);
+}
+
+struct FakeUtilization {
+  unsigned gpu, memory;
+};
+int nvmlDeviceGetUtilizationRates(void* device, FakeUtilization* utilization) {
+#ifdef FAKE_NVML_LEGACY
+  return inits == 0 ? kUninitialized : kNotSupported;
+#else
+  if (!utilization) return kInvalidArgument;
+  utilization->memory = 0;
+  return answer(device, &utilization->gpu, &FakeGpu::utilization_pct);
+#endif
 }
 
 #ifdef FAKE_NVML_LEGACY

@@ -128,11 +128,12 @@ TEST(GpuTelemetry, SamplesInWattsAndClassifiesTheThrottle) {
     EXPECT_EQ(s->temperature_c, 83);
     EXPECT_EQ(s->power_w, 287.5);  // 287500 mW
     EXPECT_EQ(s->sm_clock_mhz, 1410);
+    EXPECT_EQ(s->utilization_pct, 97);
     EXPECT_EQ(s->throttle_reasons, 0x48u);
     EXPECT_TRUE(s->thermal_throttle());
     EXPECT_FALSE(s->power_throttle());
     EXPECT_EQ(sample_json(*s), parse_json(R"({"temperature_c": 83, "power_w": 287.5, "sm_clock_mhz": 1410,
-                                              "throttle": ["thermal"]})", "expected"));
+                                              "utilization_pct": 97, "throttle": ["thermal"]})", "expected"));
 
     const auto idle = GpuTelemetry::open_pci_bus_id(kGpu0)->sample();
     ASSERT_TRUE(idle.has_value());

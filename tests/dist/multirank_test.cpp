@@ -19,6 +19,7 @@ namespace {
 
 using ft::str;
 using ft::test::bin_path;
+using ft::test::free_port;
 using ft::test::run_command;
 
 struct Launched {
@@ -52,23 +53,6 @@ std::string left_behind(const std::string& marker) {
 std::string launch(int nproc, const std::string& worker_args, const std::string& launcher_args = "") {
   return str(bin_path("ft_launch"), " --nproc_per_node ", nproc, " ", launcher_args, " ", bin_path("dist_worker"), " ",
              worker_args);
-}
-
-int free_port(int* keep = nullptr) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_ANY);
-  socklen_t len = sizeof(addr);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  if (keep != nullptr) {
-    ::listen(fd, 4);
-    *keep = fd;
-  } else {
-    ::close(fd);
-  }
-  return ntohs(addr.sin_port);
 }
 
 bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }

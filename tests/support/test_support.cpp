@@ -1,6 +1,10 @@
 #include "test_support.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -9,8 +13,19 @@
 
 namespace ft::test {
 
-std::string data_path(const std::string& relative) { return std::string(FT_TEST_DATA_DIR) + "/" + relative; }
-std::string bin_path(const std::string& program) { return std::string(FT_BIN_DIR) + "/" + program; }
+namespace {
+// The folders compiled in, unless the environment names others: binaries built on one machine and
+// run on another (scripts/gpu_check.sh --prebuilt) find the checkout and the programs there.
+std::string folder(const char* variable, const char* compiled) {
+  const char* set = std::getenv(variable);
+  return set != nullptr && *set != '\0' ? set : compiled;
+}
+}  // namespace
+
+std::string data_path(const std::string& relative) {
+  return folder("FT_TEST_DATA_DIR", FT_TEST_DATA_DIR) + "/" + relative;
+}
+std::string bin_path(const std::string& program) { return folder("FT_BIN_DIR", FT_BIN_DIR) + "/" + program; }
 
 TempDir::TempDir() {
   std::string pattern = (std::filesystem::temp_directory_path() / "ft_test_XXXXXX").string();
@@ -71,6 +86,23 @@ std::vector<double> metric_losses(const std::vector<Json>& metrics) {
 
 double max_abs_diff(const torch::Tensor& a, const torch::Tensor& b) {
   return (a.to(torch::kDouble) - b.to(torch::kDouble)).abs().max().item<double>();
+}
+
+int free_port(int* keep) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_ANY);
+  socklen_t len = sizeof(addr);
+  EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  EXPECT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  if (keep != nullptr) {
+    EXPECT_EQ(::listen(fd, 4), 0);
+    *keep = fd;
+  } else {
+    ::close(fd);
+  }
+  return ntohs(addr.sin_port);
 }
 
 }  // namespace ft::test

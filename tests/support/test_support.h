@@ -14,9 +14,9 @@
 
 namespace ft::test {
 
-// tests/data/<relative>
+// tests/data/<relative> ($FT_TEST_DATA_DIR when set)
 std::string data_path(const std::string& relative);
-// build/bin/<program>
+// build/bin/<program> ($FT_BIN_DIR when set)
 std::string bin_path(const std::string& program);
 
 // A fresh directory under $TMPDIR, removed with everything in it when the object dies.
@@ -51,6 +51,10 @@ std::vector<double> metric_losses(const std::vector<Json>& metrics);
 
 // Max |a - b| (as double).
 double max_abs_diff(const torch::Tensor& a, const torch::Tensor& b);
+
+// A TCP port nothing listens on right now; with `keep`, its socket stays open and listening (a
+// port in use, for tests of that case) and *keep is the descriptor to close.
+int free_port(int* keep = nullptr);
 
 }  // namespace ft::test
 
