@@ -99,30 +99,30 @@ if(NOT FT_GLOO_CHECKED STREQUAL "${FT_TORCH_LIBDIR}|${FT_GLOO_INCLUDE_DIR}")
 endif()
 
 # The CUDA runtime and NCCL. A pip torch loads them from the nvidia-* wheels beside it
-# (site-packages/nvidia/cu13 or nvidia/cuda_runtime, nvidia/nccl), which carry their headers too;
-# otherwise they come from the CUDA toolkit (CUDA_HOME / FT_CUDA_ROOT, FT_NCCL_ROOT override).
-set(FT_CUDA_ROOT "$ENV{CUDA_HOME}" CACHE PATH "CUDA toolkit root (default /usr/local/cuda)")
+# (site-packages/nvidia/cu13 or nvidia/cuda_runtime, nvidia/nccl), which usually carry their
+# headers too (else the toolkit's of the same version are used); otherwise they come from the CUDA
+# toolkit (CUDA_HOME / FT_CUDA_ROOT, FT_NCCL_ROOT override).
+set(FT_CUDA_ROOT "$ENV{CUDA_HOME}" CACHE PATH "CUDA toolkit root (default: LibTorch's toolkit, /usr/local/cuda)")
 set(FT_NCCL_ROOT "$ENV{NCCL_HOME}" CACHE PATH "NCCL root, when not inside the CUDA toolkit or beside a pip torch")
 get_filename_component(wheels "${FT_TORCH_PREFIX}/../nvidia" ABSOLUTE)
-set(cudart_hints ${FT_CUDA_ROOT})
+if(FT_CUDA_ROOT)
+  set(toolkit ${FT_CUDA_ROOT})  # the one asked for, and no other
+else()
+  set(toolkit ${CUDAToolkit_LIBRARY_ROOT} /usr/local/cuda)
+endif()
+set(cudart_hints ${toolkit})
 set(nccl_hints ${FT_NCCL_ROOT})
 if(FT_TORCH_CUDA)
-  foreach(dir "${wheels}/cu${FT_TORCH_CUDA_MAJOR}" "${wheels}/cuda_runtime")
-    if(EXISTS "${dir}/include/cuda_runtime.h")
-      list(PREPEND cudart_hints "${dir}")
-      break()
-    endif()
-  endforeach()
-  if(EXISTS "${wheels}/nccl/include/nccl.h" AND NOT FT_NCCL_ROOT)
+  list(PREPEND cudart_hints "${wheels}/cu${FT_TORCH_CUDA_MAJOR}" "${wheels}/cuda_runtime")
+  if(NOT FT_NCCL_ROOT)
     set(nccl_hints "${wheels}/nccl")
   endif()
 endif()
-list(APPEND cudart_hints ${CUDAToolkit_LIBRARY_ROOT} /usr/local/cuda)
 find_path(FT_CUDA_INCLUDE_DIR cuda_runtime.h HINTS ${cudart_hints} PATH_SUFFIXES include NO_DEFAULT_PATH)
 find_library(FT_CUDART_LIBRARY NAMES cudart libcudart.so.${FT_TORCH_CUDA_MAJOR} NAMES_PER_DIR HINTS ${cudart_hints}
              PATH_SUFFIXES lib64 lib NO_DEFAULT_PATH)
-find_path(FT_NCCL_INCLUDE_DIR nccl.h HINTS ${nccl_hints} ${cudart_hints} PATH_SUFFIXES include NO_DEFAULT_PATH)
-find_library(FT_NCCL_LIBRARY NAMES nccl libnccl.so.2 NAMES_PER_DIR HINTS ${nccl_hints} ${cudart_hints}
+find_path(FT_NCCL_INCLUDE_DIR nccl.h HINTS ${nccl_hints} ${toolkit} PATH_SUFFIXES include NO_DEFAULT_PATH)
+find_library(FT_NCCL_LIBRARY NAMES nccl libnccl.so.2 NAMES_PER_DIR HINTS ${nccl_hints} ${toolkit}
              PATH_SUFFIXES lib64 lib NO_DEFAULT_PATH)
 
 if(FT_CUDA_INCLUDE_DIR AND FT_CUDART_LIBRARY AND FT_NCCL_INCLUDE_DIR AND FT_NCCL_LIBRARY)
@@ -130,7 +130,12 @@ if(FT_CUDA_INCLUDE_DIR AND FT_CUDART_LIBRARY AND FT_NCCL_INCLUDE_DIR AND FT_NCCL
 else()
   set(nccl_found OFF)
 endif()
-option(FT_WITH_NCCL "Build the NCCL communicator (lib/dist/nccl_communicator.cpp)" ${nccl_found})
+# Required with a CUDA LibTorch (-DFT_WITH_NCCL=OFF to go without); where found otherwise.
+if(FT_TORCH_CUDA)
+  option(FT_WITH_NCCL "Build the NCCL communicator (lib/dist/nccl_communicator.cpp)" ON)
+else()
+  option(FT_WITH_NCCL "Build the NCCL communicator (lib/dist/nccl_communicator.cpp)" ${nccl_found})
+endif()
 if(FT_TORCH_CUDA AND NOT nccl_found AND FT_WITH_NCCL)
   message(FATAL_ERROR "LibTorch ${FT_TORCH_VERSION} has CUDA but NCCL was not found (cuda_runtime.h: "
           "${FT_CUDA_INCLUDE_DIR}, libcudart: ${FT_CUDART_LIBRARY}, nccl.h: ${FT_NCCL_INCLUDE_DIR}, libnccl: "
@@ -166,7 +171,7 @@ if(FT_WITH_NCCL)
   # Which versions the headers declare and the libraries are: a program built and run now (the
   # CUDA runtime and NCCL answer their version without a GPU).
   try_run(run_result compile_result "${CMAKE_BINARY_DIR}/ft_probes/cuda" "${CMAKE_SOURCE_DIR}/cmake/cuda_probe.cpp"
-          CMAKE_FLAGS "-DINCLUDE_DIRECTORIES=${FT_CUDA_INCLUDE_DIR};${FT_NCCL_INCLUDE_DIR}"
+          CMAKE_FLAGS "-DINCLUDE_DIRECTORIES=${FT_NCCL_INCLUDE_DIR};${FT_CUDA_INCLUDE_DIR}"
           LINK_LIBRARIES "${FT_NCCL_LIBRARY}" "${FT_CUDART_LIBRARY}"
           COMPILE_OUTPUT_VARIABLE compile_output RUN_OUTPUT_VARIABLE probe)
   if(NOT compile_result OR NOT run_result EQUAL 0 OR NOT probe MATCHES "cudart_header=([0-9]+) cudart_library=([0-9]+) nccl_header=([0-9]+) nccl_library=([0-9]+)")
