@@ -32,6 +32,14 @@ if(FT_TORCH_VERSION VERSION_LESS 1.13)
   message(FATAL_ERROR "LibTorch ${FT_TORCH_VERSION} (${Torch_DIR}) is too old: ft needs LibTorch 1.13 (Debian 12's "
           "libtorch-dev) or 2.x.\nFix: ${FT_PIP_FIX}, or point CMAKE_PREFIX_PATH at a newer LibTorch's share/cmake.")
 endif()
+# The standard the LibTorch's headers are written for: 2.x's recent headers require C++20, while
+# 1.13's do not compile as C++20 under clang 14 (std::vector<IValue> of an incomplete IValue in
+# ATen/core/List.h: the fuzz build). ft's own code is C++17 and compiles either way.
+if(FT_TORCH_VERSION VERSION_LESS 2.0)
+  set(CMAKE_CXX_STANDARD 17)
+else()
+  set(CMAKE_CXX_STANDARD 20)
+endif()
 
 set(FT_TORCH_CUDA OFF)
 if(TARGET torch_cuda)
@@ -83,7 +91,7 @@ if(NOT FT_GLOO_CHECKED STREQUAL "${FT_TORCH_LIBDIR}|${FT_GLOO_INCLUDE_DIR}")
   try_run(run_result compile_result "${CMAKE_BINARY_DIR}/ft_probes/gloo" "${CMAKE_SOURCE_DIR}/cmake/gloo_probe.cpp"
           CMAKE_FLAGS "-DINCLUDE_DIRECTORIES=${TORCH_INCLUDE_DIRS};${FT_GLOO_INCLUDE_DIR}"
           COMPILE_DEFINITIONS -DUSE_C10D_GLOO -DUSE_DISTRIBUTED
-          LINK_LIBRARIES "${FT_TORCH_LIBDIR}/libtorch_cpu.so" "${FT_TORCH_LIBDIR}/libc10.so" CXX_STANDARD 20
+          LINK_LIBRARIES "${FT_TORCH_LIBDIR}/libtorch_cpu.so" "${FT_TORCH_LIBDIR}/libc10.so" CXX_STANDARD ${CMAKE_CXX_STANDARD}
           COMPILE_OUTPUT_VARIABLE compile_output RUN_OUTPUT_VARIABLE probe)
   if(NOT compile_result)
     string(REGEX MATCH "[^\n]*error[^\n]*" first_error "${compile_output}")

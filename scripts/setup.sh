@@ -58,7 +58,7 @@ fi
 # libraries libtorch_cuda.so and libtorch_cpu.so name as needed (readelf -d): cudart, cupti,
 # cuBLAS, cuFFT, cuFile, cuSPARSE (+ nvJitLink), NVRTC, cuDNN, cuSPARSELt, NCCL, NVSHMEM.
 # cuSOLVER (loaded only for linear algebra on the GPU) and cuRAND are left out. ft compiles its
-# NCCL and CUDA runtime calls against these same wheels' headers (cmake/FtCuda.cmake); the CUDA
+# NCCL and CUDA runtime calls against these same wheels' headers (cmake/FtTorch.cmake); the CUDA
 # toolkit's nvcc (/usr/local/cuda) is needed only because LibTorch's CMake package looks for it.
 torch_pin=torch==2.15.0
 cuda_pins=(
