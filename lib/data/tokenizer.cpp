@@ -75,6 +75,12 @@ inline std::uint64_t hash_bytes(const char* p, std::size_t n) {
   return mix64(h ^ v);
 }
 
+}  // namespace
+
+// Named, not anonymous: Tokenizer::Impl (declared in the header) holds PieceTables, and gcc
+// warns about a member of an anonymous-namespace type once a unity build includes this file.
+namespace tokenizer_internal {
+
 // Piece string -> id, open addressing with linear probing. Keys point into the model's piece
 // strings, which outlive the table. Read-only after construction, so safe to share.
 class PieceTable {
@@ -118,7 +124,9 @@ class PieceTable {
   std::size_t mask_ = 0;
 };
 
-}  // namespace
+}  // namespace tokenizer_internal
+
+using tokenizer_internal::PieceTable;
 
 struct Tokenizer::Impl {
   std::string path;

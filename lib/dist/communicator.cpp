@@ -5,12 +5,15 @@
 #include "util/error.h"
 
 namespace ft::dist {
-namespace {
 
-class DoneWork : public Work {
- public:
-  void wait() override {}
-};
+std::shared_ptr<Work> completed_work() {
+  struct Done : Work {
+    void wait() override {}
+  };
+  return std::make_shared<Done>();
+}
+
+namespace {
 
 class SingleProcessCommunicator : public Communicator {
  public:
@@ -19,20 +22,20 @@ class SingleProcessCommunicator : public Communicator {
   std::string backend() const override { return "single"; }
   c10::Device device() const override { return c10::kCPU; }
 
-  std::shared_ptr<Work> all_reduce(at::Tensor&, ReduceOp) override { return std::make_shared<DoneWork>(); }
+  std::shared_ptr<Work> all_reduce(at::Tensor&, ReduceOp) override { return completed_work(); }
   std::shared_ptr<Work> reduce_scatter(at::Tensor& output, const at::Tensor& input, ReduceOp) override {
     FT_ASSERT(output.numel() == input.numel(), "reduce_scatter sizes in a world of one");
     output.copy_(input.view_as(output));
-    return std::make_shared<DoneWork>();
+    return completed_work();
   }
   std::shared_ptr<Work> all_gather(at::Tensor& output, const at::Tensor& input) override {
     FT_ASSERT(output.numel() == input.numel(), "all_gather sizes in a world of one");
     output.copy_(input.view_as(output));
-    return std::make_shared<DoneWork>();
+    return completed_work();
   }
   std::shared_ptr<Work> broadcast(at::Tensor&, int root) override {
     FT_ASSERT(root == 0, "broadcast root in a world of one");
-    return std::make_shared<DoneWork>();
+    return completed_work();
   }
   void barrier() override {}
 };

@@ -23,6 +23,9 @@ class Work {
   virtual void wait() = 0;
 };
 
+// A Work that has already completed: what a collective with nothing to send returns.
+std::shared_ptr<Work> completed_work();
+
 class Communicator {
  public:
   virtual ~Communicator() = default;

@@ -24,15 +24,13 @@
 #include "dist/store_impl.h"
 #include "util/error.h"
 #include "util/log.h"
+#include "util/timer.h"
 
 namespace ft::dist {
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
-std::chrono::milliseconds to_ms(double seconds) {
-  return std::chrono::milliseconds(static_cast<std::int64_t>(seconds * 1000.0));
-}
 double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 std::string fmt_s(double s) {
   std::ostringstream out;
@@ -134,7 +132,7 @@ struct Shared {
     std::string error;
     bool timed_out = false;
     try {
-      work->wait(to_ms(timeout_s));
+      work->wait(to_milliseconds(timeout_s));
     } catch (const std::exception& e) {
       if (!work->isCompleted()) {
         timed_out = true;
@@ -157,7 +155,7 @@ struct Shared {
     }
     // Work issued but never waited for (an exception unwound past it) must finish before the
     // process group's destructor joins Gloo's threads; give it the timeout, else treat it as failed.
-    const auto deadline = Clock::now() + to_ms(timeout_s);
+    const auto deadline = Clock::now() + to_milliseconds(timeout_s);
     for (const auto& work : pending) {
       if (failed) break;
       try {
@@ -206,11 +204,6 @@ class GlooWork : public Work {
   bool done_ = false;
 };
 
-class DoneWork : public Work {
- public:
-  void wait() override {}
-};
-
 void check_tensor(const at::Tensor& t, const OpInfo& op, const char* which) {
   FT_CHECK(t.defined(), op.describe(), ": the ", which, " tensor is undefined");
   FT_CHECK(t.device().is_cpu(), op.describe(), ": the Gloo backend takes CPU tensors, the ", which, " tensor is on ",
@@ -240,7 +233,7 @@ class GlooCommunicator : public Communicator {
              ": avg needs a floating-point tensor (sum, then divide)");
     FT_CHECK(dtype != at::kBool || op == ReduceOp::kMax, info.describe(), ": bool tensors reduce with max only");
     shared_->check_usable(info);
-    if (tensor.numel() == 0) return std::make_shared<DoneWork>();
+    if (tensor.numel() == 0) return completed_work();
     // bfloat16 is reduced in float32 (Gloo here has no bfloat16), bool as uint8.
     const bool staged = dtype == at::kBFloat16;
     at::Tensor send = staged ? tensor.to(at::kFloat) : as_movable(tensor);
@@ -270,7 +263,7 @@ class GlooCommunicator : public Communicator {
              ": avg needs a floating-point tensor (sum, then divide)");
     FT_CHECK(input.scalar_type() != at::kBool || op == ReduceOp::kMax, info.describe(), ": bool tensors reduce with max only");
     shared_->check_usable(info);
-    if (input.numel() == 0) return std::make_shared<DoneWork>();
+    if (input.numel() == 0) return completed_work();
     // All-to-all: chunk j of every rank's input goes to rank j, so each rank sends and receives
     // (W-1)/W of the buffer; the reduction over the W received chunks is local.
     at::Tensor send = as_movable(input.reshape({-1}));
@@ -308,7 +301,7 @@ class GlooCommunicator : public Communicator {
     FT_CHECK(output.numel() == world * input.numel(), info.describe(), ": output has ", output.numel(),
              " elements, expected world_size (", world, ") x input's ", input.numel(), " = ", world * input.numel());
     shared_->check_usable(info);
-    if (input.numel() == 0) return std::make_shared<DoneWork>();
+    if (input.numel() == 0) return completed_work();
     at::Tensor flat_out = as_movable(output.view({-1}));
     at::Tensor flat_in = as_movable(input.reshape({-1}));
     const std::int64_t n = flat_in.numel();
@@ -327,7 +320,7 @@ class GlooCommunicator : public Communicator {
     FT_CHECK(root >= 0 && root < shared_->world_size, info.describe(), ": root ", root, " is not a rank (0..",
              shared_->world_size - 1, ")");
     shared_->check_usable(info);
-    if (tensor.numel() == 0) return std::make_shared<DoneWork>();
+    if (tensor.numel() == 0) return completed_work();
     std::vector<at::Tensor> tensors{as_movable(tensor)};
     c10d::BroadcastOptions options;
     options.rootRank = root;
@@ -347,7 +340,7 @@ class GlooCommunicator : public Communicator {
 
  private:
   // Gloo's own timeout is set past ours, so that our deadline (with its diagnosis) fires first.
-  std::chrono::milliseconds gloo_timeout() const { return to_ms(shared_->timeout_s + 5.0); }
+  std::chrono::milliseconds gloo_timeout() const { return to_milliseconds(shared_->timeout_s + 5.0); }
 
   std::shared_ptr<Shared> shared_;
 };
@@ -382,7 +375,7 @@ std::unique_ptr<Communicator> make_gloo_communicator(const RankEnv& env, std::sh
     device = c10d::ProcessGroupGloo::createDefaultDevice();
     bound = "this host's address (GLOO_SOCKET_IFNAME picks an interface)";
   }
-  auto options = c10d::ProcessGroupGloo::Options::create(to_ms(timeout_s + 5.0));
+  auto options = c10d::ProcessGroupGloo::Options::create(to_milliseconds(timeout_s + 5.0));
   options->devices.push_back(device);
 
   // Connecting the full mesh runs on a helper thread with our deadline: a peer that dies or
@@ -416,7 +409,7 @@ std::unique_ptr<Communicator> make_gloo_communicator(const RankEnv& env, std::sh
   bool done = false;
   {
     std::unique_lock<std::mutex> lock(connect->mutex);
-    done = connect->cv.wait_for(lock, to_ms(timeout_s), [&] { return connect->done; });
+    done = connect->cv.wait_for(lock, to_milliseconds(timeout_s), [&] { return connect->done; });
   }
   OpInfo op;
   op.name = "connecting the Gloo process group";

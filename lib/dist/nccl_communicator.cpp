@@ -289,11 +289,6 @@ class NcclWork : public Work {
   bool done_ = false;
 };
 
-class DoneWork : public Work {
- public:
-  void wait() override {}
-};
-
 class NcclCommunicator : public Communicator {
  public:
   explicit NcclCommunicator(std::shared_ptr<Shared> shared) : shared_(std::move(shared)) {}
@@ -309,7 +304,7 @@ class NcclCommunicator : public Communicator {
     const ncclDataType_t type = check_tensor(tensor, info, "");
     FT_CHECK(op != ReduceOp::kAvg || at::isFloatingType(tensor.scalar_type()), info.describe(),
              ": avg needs a floating-point tensor");
-    if (tensor.numel() == 0) return std::make_shared<DoneWork>();
+    if (tensor.numel() == 0) return completed_work();
     Shared& s = *shared_;
     cudaEvent_t done = s.enqueue(info, [&] {
       return ncclAllReduce(tensor.data_ptr(), tensor.data_ptr(), tensor.numel(), type, nccl_op(op), s.comm, s.stream);
@@ -328,7 +323,7 @@ class NcclCommunicator : public Communicator {
              " elements, expected world_size (", world, ") x output's ", output.numel(), " = ", world * output.numel());
     FT_CHECK(op != ReduceOp::kAvg || at::isFloatingType(input.scalar_type()), info.describe(),
              ": avg needs a floating-point tensor");
-    if (input.numel() == 0) return std::make_shared<DoneWork>();
+    if (input.numel() == 0) return completed_work();
     Shared& s = *shared_;
     cudaEvent_t done = s.enqueue(info, [&] {
       return ncclReduceScatter(input.data_ptr(), output.data_ptr(), output.numel(), type, nccl_op(op), s.comm, s.stream);
@@ -345,7 +340,7 @@ class NcclCommunicator : public Communicator {
              " but output is ", output.scalar_type());
     FT_CHECK(output.numel() == world * input.numel(), info.describe(), ": output has ", output.numel(),
              " elements, expected world_size (", world, ") x input's ", input.numel(), " = ", world * input.numel());
-    if (input.numel() == 0) return std::make_shared<DoneWork>();
+    if (input.numel() == 0) return completed_work();
     Shared& s = *shared_;
     cudaEvent_t done = s.enqueue(info, [&] {
       return ncclAllGather(input.data_ptr(), output.data_ptr(), input.numel(), type, s.comm, s.stream);
@@ -358,7 +353,7 @@ class NcclCommunicator : public Communicator {
     const ncclDataType_t type = check_tensor(tensor, info, "");
     FT_CHECK(root >= 0 && root < shared_->world_size, info.describe(), ": root ", root, " is not a rank (0..",
              shared_->world_size - 1, ")");
-    if (tensor.numel() == 0) return std::make_shared<DoneWork>();
+    if (tensor.numel() == 0) return completed_work();
     Shared& s = *shared_;
     cudaEvent_t done = s.enqueue(info, [&] {
       return ncclBroadcast(tensor.data_ptr(), tensor.data_ptr(), tensor.numel(), type, root, s.comm, s.stream);

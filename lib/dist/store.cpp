@@ -16,13 +16,11 @@
 
 #include "dist/store_impl.h"
 #include "util/error.h"
+#include "util/timer.h"
 
 namespace ft::dist {
 namespace {
 
-std::chrono::milliseconds to_ms(double seconds) {
-  return std::chrono::milliseconds(static_cast<std::int64_t>(seconds * 1000.0));
-}
 
 bool contains(const std::string& text, const char* part) { return text.find(part) != std::string::npos; }
 
@@ -46,7 +44,7 @@ c10::intrusive_ptr<c10d::TCPStore> open_tcp_store(const std::string& host, int p
   options.port = static_cast<std::uint16_t>(port);
   options.isServer = server;
   options.waitWorkers = false;  // the rendezvous counts arrivals itself, to say who is missing
-  options.timeout = to_ms(timeout_s);
+  options.timeout = to_milliseconds(timeout_s);
   return c10::make_intrusive<c10d::TCPStore>(host, options);
 }
 
@@ -116,7 +114,7 @@ std::shared_ptr<Store> Store::connect(const RankEnv& env, double timeout_s) {
   impl->server = env.rank == 0;
   impl->timeout_s = timeout_s;
   const std::string where = str(env.master_addr, ":", env.master_port);
-  const auto deadline = std::chrono::steady_clock::now() + to_ms(timeout_s);
+  const auto deadline = std::chrono::steady_clock::now() + to_milliseconds(timeout_s);
   if (!impl->server) {
     // Wait for rank 0's port quietly ourselves: c10d's client gives up early on short timeouts
     // and logs every failed attempt.
@@ -126,7 +124,7 @@ std::shared_ptr<Store> Store::connect(const RankEnv& env, double timeout_s) {
   try {
     const double left = std::chrono::duration<double>(deadline - std::chrono::steady_clock::now()).count();
     impl->tcp = open_tcp_store(impl->host, impl->port, impl->server, std::max(left, 1.0));
-    impl->tcp->setTimeout(to_ms(timeout_s));
+    impl->tcp->setTimeout(to_milliseconds(timeout_s));
   } catch (const std::exception& e) {
     const std::string why = one_line(short_message(e));
     if (impl->server && (contains(why, "in use") || contains(why, "errno: 98"))) {
@@ -189,7 +187,7 @@ bool Store::check(const std::string& key) {
 }
 
 bool Store::wait_for(const std::vector<std::string>& keys, double timeout_s) {
-  const auto deadline = std::chrono::steady_clock::now() + to_ms(timeout_s);
+  const auto deadline = std::chrono::steady_clock::now() + to_milliseconds(timeout_s);
   auto pause = std::chrono::milliseconds(1);
   while (true) {
     bool all = false;

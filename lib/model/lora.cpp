@@ -11,18 +11,15 @@
 #include <set>
 
 #include "config/run_config.h"
+#include "io/tensor_shape.h"
 #include "util/error.h"
 
 namespace ft::model {
 namespace {
 
-const char* const kHint = " (hint: is this adapter for another base model?)";
+using io::shape_string;
 
-std::string shape_string(at::IntArrayRef shape) {
-  std::string s = "[";
-  for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
-  return s + "]";
-}
+const char* const kHint = " (hint: is this adapter for another base model?)";
 
 std::string leaf_name(const std::string& module) { return module.substr(module.rfind('.') + 1); }
 

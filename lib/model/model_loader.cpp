@@ -8,6 +8,7 @@
 #include <set>
 #include <sstream>
 
+#include "io/tensor_shape.h"
 #include "util/error.h"
 #include "util/file_util.h"
 #include "util/log.h"
@@ -15,11 +16,7 @@
 namespace ft::model {
 namespace {
 
-std::string shape_string(at::IntArrayRef shape) {
-  std::string s = "[";
-  for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
-  return s + "]";
-}
+using io::shape_string;
 
 // Tensors that HF checkpoints may carry but that are not parameters.
 bool is_ignorable(const std::string& name, bool tied) {

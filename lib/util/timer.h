@@ -2,8 +2,14 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 
 namespace ft {
+
+// A timeout in seconds (configs write seconds) as the milliseconds c10d and std::chrono waits take.
+inline std::chrono::milliseconds to_milliseconds(double seconds) {
+  return std::chrono::milliseconds(static_cast<std::int64_t>(seconds * 1000.0));
+}
 
 class Stopwatch {
  public:

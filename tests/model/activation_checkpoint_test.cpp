@@ -39,7 +39,7 @@ const Batch& batch() {
   return b;
 }
 
-LlamaForCausalLM stories(std::optional<c10::ScalarType> dtype = std::nullopt) {
+LlamaForCausalLM checkpoint_stories(std::optional<c10::ScalarType> dtype = std::nullopt) {
   LoadOptions options;
   options.dtype = dtype;
   return load_llama(test::data_path("stories260K"), options);
@@ -53,15 +53,15 @@ torch::Tensor mean_loss(LlamaForCausalLM& model, bool checkpointed) {
   return l.sum / static_cast<double>(l.tokens);
 }
 
-struct Result {
+struct CheckpointRun {
   torch::Tensor loss;
   std::map<std::string, torch::Tensor> grads;  // of every parameter that requires grad
 };
 
 // One forward and backward from cleared gradients.
-Result run(LlamaForCausalLM& model, bool checkpointed) {
+CheckpointRun run(LlamaForCausalLM& model, bool checkpointed) {
   for (auto& p : model->parameters()) p.mutable_grad() = torch::Tensor();
-  Result r;
+  CheckpointRun r;
   r.loss = mean_loss(model, checkpointed);
   r.loss.backward();
   for (const auto& item : model->named_parameters()) {
@@ -75,7 +75,7 @@ Result run(LlamaForCausalLM& model, bool checkpointed) {
 // Bitwise: the recomputation runs the very same kernels on the very same inputs (and, for
 // dropout, the same generator state), and each gradient is produced by the same ops in the same
 // order as in the plain backward, so nothing can differ, not even in the last bit.
-void expect_identical(const Result& plain, const Result& checkpointed) {
+void expect_identical(const CheckpointRun& plain, const CheckpointRun& checkpointed) {
   EXPECT_TRUE(torch::equal(plain.loss, checkpointed.loss)) << plain.loss.item<double>() << " vs "
                                                            << checkpointed.loss.item<double>();
   ASSERT_EQ(plain.grads.size(), checkpointed.grads.size());
@@ -86,22 +86,22 @@ void expect_identical(const Result& plain, const Result& checkpointed) {
 }
 
 TEST(ActivationCheckpoint, FullFineTuneGivesIdenticalLossAndGradientsFp32) {
-  auto model = stories(torch::kFloat);
+  auto model = checkpoint_stories(torch::kFloat);
   model->train();
   for (auto& p : model->parameters()) p.requires_grad_(true);
-  Result plain = run(model, false);
-  Result checkpointed = run(model, true);
+  CheckpointRun plain = run(model, false);
+  CheckpointRun checkpointed = run(model, true);
   EXPECT_EQ(plain.grads.size(), model->parameters().size());
   for (const auto& [name, g] : plain.grads) EXPECT_GT(g.abs().max().item<double>(), 0) << name;
   expect_identical(plain, checkpointed);
 }
 
 TEST(ActivationCheckpoint, FullFineTuneGivesIdenticalLossAndGradientsBf16) {
-  auto model = stories(torch::kBFloat16);
+  auto model = checkpoint_stories(torch::kBFloat16);
   model->train();
   for (auto& p : model->parameters()) p.requires_grad_(true);
-  Result plain = run(model, false);
-  Result checkpointed = run(model, true);
+  CheckpointRun plain = run(model, false);
+  CheckpointRun checkpointed = run(model, true);
   for (const auto& [name, g] : checkpointed.grads) EXPECT_EQ(g.scalar_type(), torch::kBFloat16) << name;
   expect_identical(plain, checkpointed);
 }
@@ -109,7 +109,7 @@ TEST(ActivationCheckpoint, FullFineTuneGivesIdenticalLossAndGradientsBf16) {
 // LoRA: the base is frozen, so the first layer's input does not require grad; the gradients
 // reach the adapters only because the layer's trainable parameters are inputs of the checkpoint.
 LlamaForCausalLM lora_model(double dropout) {
-  auto model = stories(torch::kFloat);
+  auto model = checkpoint_stories(torch::kFloat);
   LoraOptions o;
   o.r = 4;
   o.alpha = 8;
@@ -128,10 +128,10 @@ LlamaForCausalLM lora_model(double dropout) {
 TEST(ActivationCheckpoint, LoraWithDropoutReplaysTheMasks) {
   auto model = lora_model(0.1);
   torch::manual_seed(7);
-  Result plain = run(model, false);
+  CheckpointRun plain = run(model, false);
   const torch::Tensor plain_next = torch::rand({8});  // where the generator is after backward
   torch::manual_seed(7);
-  Result checkpointed = run(model, true);
+  CheckpointRun checkpointed = run(model, true);
   const torch::Tensor checkpointed_next = torch::rand({8});
   EXPECT_EQ(plain.grads.size(), 70u);
   expect_identical(plain, checkpointed);
@@ -139,7 +139,7 @@ TEST(ActivationCheckpoint, LoraWithDropoutReplaysTheMasks) {
   EXPECT_TRUE(torch::equal(plain_next, checkpointed_next));
   // The control: other masks give other gradients, so equality above needed the replay.
   torch::manual_seed(8);
-  Result other = run(model, false);
+  CheckpointRun other = run(model, false);
   EXPECT_GT(test::max_abs_diff(other.grads.begin()->second, plain.grads.begin()->second), 1e-6);
 }
 
@@ -158,7 +158,7 @@ TEST(ActivationCheckpoint, GradientsAccumulateIntoAFlatBufferAndHooksFire) {
   // The parameters and their .grad as views into flat buffers, as parallel/flat_parameters.h lays
   // them out; autograd must accumulate into those views (not replace them) and run the
   // accumulators' post hooks once per parameter per backward.
-  auto model = stories(torch::kFloat);
+  auto model = checkpoint_stories(torch::kFloat);
   model->train();
   auto params = model->parameters();
   std::int64_t total = 0;
@@ -220,7 +220,7 @@ TEST(ActivationCheckpoint, FiniteDifferenceAgreesWithTheRecomputedGradient) {
   // recomputation in backward. Central difference in fp32 with step 1e-2 on the element whose
   // gradient is largest: truncation error ~ step^2 * d3L ~ 1e-5, rounding ~ 1e-7 * L / step ~ 5e-5,
   // so 1% of the gradient (about 5e-4 here) is a loose but meaningful bound.
-  auto model = stories(torch::kFloat);
+  auto model = checkpoint_stories(torch::kFloat);
   model->train();
   for (auto& p : model->parameters()) p.requires_grad_(false);
   torch::Tensor w = model->model->layers[2]->post_attention_layernorm->weight;

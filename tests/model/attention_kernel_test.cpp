@@ -54,16 +54,16 @@ Inputs make_inputs(bool packed) {
   return in;
 }
 
-struct Result {
+struct KernelRun {
   torch::Tensor logits;
   std::vector<torch::Tensor> grads;
 };
-Result run(LlamaForCausalLM& model, AttentionKernel kernel, const Inputs& in, bool checkpointing = false) {
+KernelRun run(LlamaForCausalLM& model, AttentionKernel kernel, const Inputs& in, bool checkpointing = false) {
   model->model->attention_kernel = kernel;
   model->zero_grad();
   ForwardOptions options = in.options;
   if (checkpointing) options.layer_runner = activation_checkpointing_runner();
-  Result r;
+  KernelRun r;
   r.logits = model(in.ids, options);
   causal_lm_loss(r.logits, in.labels).sum.backward();
   for (auto& p : model->parameters()) r.grads.push_back(p.grad().clone());
@@ -80,8 +80,8 @@ TEST_F(AttentionKernels, SdpaEqualsEagerInFp32LogitsAndGradients) {
   for (bool packed : {false, true}) {
     SCOPED_TRACE(packed ? "packed" : "plain causal");
     const Inputs in = make_inputs(packed);
-    const Result eager = run(model, AttentionKernel::kEager, in);
-    const Result sdpa = run(model, AttentionKernel::kSdpa, in);
+    const KernelRun eager = run(model, AttentionKernel::kEager, in);
+    const KernelRun sdpa = run(model, AttentionKernel::kSdpa, in);
     EXPECT_FALSE(torch::equal(sdpa.logits, eager.logits)) << "two computations, not one twice";
     // Padding positions of the plain case are left out: only the real tokens' rows are defined alike.
     const auto real = packed ? sdpa.logits : sdpa.logits[0];
@@ -142,8 +142,8 @@ TEST_F(AttentionKernels, CheckpointingRecomputesSdpaBitwise) {
   auto model = load();
   for (bool packed : {false, true}) {
     const Inputs in = make_inputs(packed);
-    const Result plain = run(model, AttentionKernel::kSdpa, in);
-    const Result checkpointed = run(model, AttentionKernel::kSdpa, in, /*checkpointing=*/true);
+    const KernelRun plain = run(model, AttentionKernel::kSdpa, in);
+    const KernelRun checkpointed = run(model, AttentionKernel::kSdpa, in, /*checkpointing=*/true);
     EXPECT_TRUE(torch::equal(plain.logits, checkpointed.logits));
     for (std::size_t i = 0; i < plain.grads.size(); ++i) EXPECT_TRUE(torch::equal(plain.grads[i], checkpointed.grads[i])) << i;
   }

@@ -23,7 +23,7 @@ const torch::Tensor& prompt() {
   return ids;
 }
 
-LlamaForCausalLM stories(std::optional<c10::ScalarType> dtype = std::nullopt) {
+LlamaForCausalLM lora_stories(std::optional<c10::ScalarType> dtype = std::nullopt) {
   LoadOptions options;
   options.dtype = dtype;
   return load_llama(test::data_path("stories260K"), options);
@@ -52,7 +52,7 @@ void randomize_b(LlamaForCausalLM& model, std::uint64_t seed, double std = 0.05)
 }
 
 TEST(Lora, ZeroBLeavesLogitsExactlyAsTheBase) {
-  auto model = stories();
+  auto model = lora_stories();
   auto base = logits_of(model);
   auto names = apply_lora(model, all_linear(), 1);
   EXPECT_EQ(names.size(), 35u);  // 7 projections x 5 layers
@@ -60,7 +60,7 @@ TEST(Lora, ZeroBLeavesLogitsExactlyAsTheBase) {
 }
 
 TEST(Lora, ParameterNamesShapesAndDtypesArePeftOnes) {
-  auto model = stories();
+  auto model = lora_stories();
   apply_lora(model, all_linear(4), 1);
   auto params = model->named_parameters();
   EXPECT_EQ(params.size(), 47u + 70u);
@@ -78,7 +78,7 @@ TEST(Lora, ParameterNamesShapesAndDtypesArePeftOnes) {
 }
 
 TEST(Lora, DefaultTargetsAreQAndV) {
-  auto model = stories();
+  auto model = lora_stories();
   LoraOptions o;  // q_proj, v_proj
   auto names = apply_lora(model, o, 0);
   ASSERT_EQ(names.size(), 10u);
@@ -87,7 +87,7 @@ TEST(Lora, DefaultTargetsAreQAndV) {
 }
 
 TEST(Lora, OnlyLoraParametersTrain) {
-  auto model = stories();
+  auto model = lora_stories();
   apply_lora(model, all_linear(), 1);
   randomize_b(model, 2);
   int trainable = 0;
@@ -109,7 +109,7 @@ TEST(Lora, OnlyLoraParametersTrain) {
 }
 
 TEST(Lora, KaimingUniformBoundAndZeroB) {
-  auto model = stories();
+  auto model = lora_stories();
   apply_lora(model, all_linear(8), 7);
   for (const auto& [name, p] : lora_parameters(model)) {
     if (name.find("lora_B") != std::string::npos) {
@@ -126,7 +126,7 @@ TEST(Lora, KaimingUniformBoundAndZeroB) {
 }
 
 TEST(Lora, InitIsReproducibleFromTheSeed) {
-  auto a = stories(), b = stories(), c = stories();
+  auto a = lora_stories(), b = lora_stories(), c = lora_stories();
   apply_lora(a, all_linear(), 11);
   apply_lora(b, all_linear(), 11);
   apply_lora(c, all_linear(), 12);
@@ -138,7 +138,7 @@ TEST(Lora, InitIsReproducibleFromTheSeed) {
 }
 
 TEST(Lora, RandomBChangesLogitsAndMergeGivesTheSameFunction) {
-  auto model = stories();
+  auto model = lora_stories();
   auto base = logits_of(model);
   apply_lora(model, all_linear(4, 8), 3);
   randomize_b(model, 4);
@@ -157,7 +157,7 @@ TEST(Lora, RandomBChangesLogitsAndMergeGivesTheSameFunction) {
 }
 
 TEST(Lora, MergeIsWPlusScaleBA) {
-  auto model = stories();
+  auto model = lora_stories();
   auto w0 = model->named_parameters()["model.layers.1.mlp.up_proj.weight"].clone();
   LoraOptions o = all_linear(4, 6);
   o.use_rslora = true;  // scale = 6 / sqrt(4) = 3
@@ -217,7 +217,7 @@ TEST(Lora, DropoutOnlyOnTheBranchAndOnlyInTraining) {
 }
 
 TEST(Lora, ModelEvalTurnsAdapterDropoutOff) {
-  auto model = stories();
+  auto model = lora_stories();
   LoraOptions o = all_linear();
   o.dropout = 0.3;
   apply_lora(model, o, 1);
@@ -230,10 +230,10 @@ TEST(Lora, ModelEvalTurnsAdapterDropoutOff) {
 }
 
 TEST(Lora, Bf16BaseWithFp32LoraIsCloseToFp32) {
-  auto f32 = stories();
+  auto f32 = lora_stories();
   apply_lora(f32, all_linear(), 3);
   randomize_b(f32, 4);
-  auto b16 = stories(torch::kBFloat16);
+  auto b16 = lora_stories(torch::kBFloat16);
   apply_lora(b16, all_linear(), 3);
   {
     torch::NoGradGuard no_grad;
@@ -245,7 +245,7 @@ TEST(Lora, Bf16BaseWithFp32LoraIsCloseToFp32) {
   auto low = logits_of(b16);
   EXPECT_EQ(low.scalar_type(), torch::kBFloat16);
   EXPECT_TRUE(torch::isfinite(low).all().item<bool>());
-  auto plain32 = stories(), plain16 = stories(torch::kBFloat16);
+  auto plain32 = lora_stories(), plain16 = lora_stories(torch::kBFloat16);
   const auto base32 = logits_of(plain32), base16 = logits_of(plain16);
   // bf16 keeps 8 bits of mantissa: the plain base's logits (up to ~18) already move by ~0.3 over
   // 5 layers. The fp32 adapter must not make that much worse (measured 0.52 with it, 0.32 without).
@@ -279,7 +279,7 @@ TEST(Lora, OptionsFromTheRunConfig) {
 }
 
 TEST(Lora, RegexTargetsMatchWholeModuleNames) {
-  auto model = stories();
+  auto model = lora_stories();
   LoraOptions o;
   o.targets = io::LoraTargets{{}, R"(model\.layers\.[01]\.self_attn\.(q|v)_proj)"};
   auto names = apply_lora(model, o, 0);
@@ -288,7 +288,7 @@ TEST(Lora, RegexTargetsMatchWholeModuleNames) {
 }
 
 TEST(Lora, ApplyErrors) {
-  auto model = stories();
+  auto model = lora_stories();
   LoraOptions o;
   o.targets = io::LoraTargets{{"lm_head"}, ""};
   EXPECT_FT_ERROR(apply_lora(model, o, 0),
@@ -308,7 +308,7 @@ TEST(Lora, ApplyErrors) {
 
 TEST(LoraAdapter, SaveThenLoadGivesIdenticalLogits) {
   test::TempDir dir;
-  auto model = stories();
+  auto model = lora_stories();
   LoraOptions o = all_linear(4, 8);
   o.use_rslora = true;
   apply_lora(model, o, 3);
@@ -316,7 +316,7 @@ TEST(LoraAdapter, SaveThenLoadGivesIdenticalLogits) {
   auto expected = logits_of(model);
   save_adapter(model, o, dir.file("adapter"), "stories260K");
 
-  auto fresh = stories();
+  auto fresh = lora_stories();
   LoraOptions loaded = load_adapter(fresh, dir.file("adapter"));
   EXPECT_EQ(loaded.r, 4);
   EXPECT_EQ(loaded.alpha, 8);
@@ -329,7 +329,7 @@ TEST(LoraAdapter, SaveThenLoadGivesIdenticalLogits) {
 
 TEST(LoraAdapter, KeysWithoutThePrefixLoadTheSame) {
   test::TempDir dir;
-  auto model = stories();
+  auto model = lora_stories();
   LoraOptions o;  // q_proj, v_proj
   apply_lora(model, o, 3);
   randomize_b(model, 4);
@@ -337,18 +337,18 @@ TEST(LoraAdapter, KeysWithoutThePrefixLoadTheSame) {
   make_directories(dir.file("bare"));
   io::write_safetensors(dir.file("bare/adapter_model.safetensors"), lora_adapter_tensors(model));
   write_file_atomic(dir.file("bare/adapter_config.json"), peft_adapter_config(o, "x").to_json().dump());
-  auto fresh = stories();
+  auto fresh = lora_stories();
   load_adapter(fresh, dir.file("bare"));
   EXPECT_TRUE(torch::equal(logits_of(fresh), expected));
 }
 
 TEST(LoraAdapter, LoadedAdapterMergesLikeItRuns) {
   test::TempDir dir;
-  auto model = stories();
+  auto model = lora_stories();
   apply_lora(model, all_linear(), 3);
   randomize_b(model, 4);
   save_adapter(model, all_linear(), dir.file("a"), "stories260K");
-  auto fresh = stories();
+  auto fresh = lora_stories();
   load_adapter(fresh, dir.file("a"));
   auto expected = logits_of(fresh);
   merge_lora(fresh);
@@ -382,7 +382,7 @@ TEST(LoraAdapter, TensorsThatDoNotFitAreErrorsNamingTheTensor) {
   test::TempDir dir;
   auto ok = adapter_dir(dir, "ok", [](io::NamedTensors&, Json&) {});
   {
-    auto model = stories();
+    auto model = lora_stories();
     load_adapter(model, ok);
     EXPECT_EQ(lora_parameters(model).size(), 10u);
   }
@@ -442,14 +442,14 @@ TEST(LoraAdapter, TensorsThatDoNotFitAreErrorsNamingTheTensor) {
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(c.name);
-    auto model = stories();
+    auto model = lora_stories();
     EXPECT_FT_ERROR(load_adapter(model, adapter_dir(dir, c.name, c.edit)), c.message);
     EXPECT_FALSE(has_lora(model)) << "a failed load must leave the model untouched";
   }
-  auto model = stories();
+  auto model = lora_stories();
   load_adapter(model, ok);
   EXPECT_FT_ERROR(load_adapter(model, ok), "the model already has LoRA on 'model.layers.0.self_attn.q_proj'");
-  auto plain = stories();
+  auto plain = lora_stories();
   EXPECT_FT_ERROR(save_adapter(plain, LoraOptions{}, dir.file("none"), "x"),
                   "cannot save an adapter: the model has no LoRA weights");
 }

@@ -37,7 +37,7 @@ struct TrainRun {
 };
 
 // 4 steps of 2 micro-batches of random tokens, every parameter trained.
-TrainRun train(const std::string& strategy, bool checkpointing, bool offload = false, bool tied = false,
+TrainRun train_fsdp(const std::string& strategy, bool checkpointing, bool offload = false, bool tied = false,
           bool decay_norms = false, const std::function<void(FsdpStrategy&)>& probe = {}) {
   model::LlamaForCausalLM m(small_config(tied), torch::TensorOptions().dtype(torch::kFloat));
   model::init_weights(m, 3);
@@ -92,30 +92,30 @@ void expect_same(const TrainRun& a, const TrainRun& b) {
 }
 
 TEST(FsdpStrategy, OneRankEqualsDdpWithAndWithoutCheckpointingAndOffload) {
-  const TrainRun ddp = train("ddp", false);
+  const TrainRun ddp = train_fsdp("ddp", false);
   ASSERT_EQ(ddp.weights.size(), 3u * 9 + 3);  // 9 tensors per layer; embeddings, norm, lm_head
   for (bool checkpointing : {false, true}) {
     for (bool offload : {false, true}) {
       SCOPED_TRACE(std::string(checkpointing ? "checkpointing" : "plain") + (offload ? ", offload" : ""));
-      expect_same(train("fsdp", checkpointing, offload), ddp);
+      expect_same(train_fsdp("fsdp", checkpointing, offload), ddp);
     }
   }
   SCOPED_TRACE("tied embeddings");
-  expect_same(train("fsdp", false, false, /*tied=*/true), train("ddp", false, false, true));
+  expect_same(train_fsdp("fsdp", false, false, /*tied=*/true), train_fsdp("ddp", false, false, true));
 }
 
 TEST(FsdpStrategy, LayersAreWholeOnlyAroundTheirUse) {
   // After each forward (the loss computed, backward not yet run) only the root unit is whole;
   // after backward too: each layer was gathered again for its backward and released after.
   std::vector<std::size_t> seen;
-  train("fsdp", false, false, false, false, [&](FsdpStrategy& s) { seen.push_back(s.gathered_units()); });
+  train_fsdp("fsdp", false, false, false, false, [&](FsdpStrategy& s) { seen.push_back(s.gathered_units()); });
   ASSERT_FALSE(seen.empty());
   for (std::size_t n : seen) EXPECT_EQ(n, 1u);
-  train("fsdp", true, false, false, false, [&](FsdpStrategy& s) { EXPECT_EQ(s.gathered_units(), 1u); });
+  train_fsdp("fsdp", true, false, false, false, [&](FsdpStrategy& s) { EXPECT_EQ(s.gathered_units(), 1u); });
 }
 
 TEST(FsdpStrategy, MemoryReportCountsShardsAndTheGatheredUnits) {
-  const TrainRun fsdp = train("fsdp", false);
+  const TrainRun fsdp = train_fsdp("fsdp", false);
   std::int64_t psi = 0, root = 0, largest_layer = 0;
   std::map<std::string, std::int64_t> layer_numel;
   for (const auto& [name, t] : fsdp.weights) {
@@ -148,9 +148,9 @@ TEST(FsdpStrategy, WeightDecayOnNormsOnlyWhenAsked) {
     EXPECT_FALSE(segments[3].decay);                // tail padding
   }
   // Through the strategies: a different run, the same in FSDP and DDP.
-  const TrainRun off = train("fsdp", false), on = train("fsdp", false, false, false, /*decay_norms=*/true);
+  const TrainRun off = train_fsdp("fsdp", false), on = train_fsdp("fsdp", false, false, false, /*decay_norms=*/true);
   EXPECT_FALSE(torch::equal(off.weights.back().second, on.weights.back().second));
-  expect_same(on, train("ddp", false, false, false, true));
+  expect_same(on, train_fsdp("ddp", false, false, false, true));
 }
 
 TEST(FsdpStrategy, MakeStrategyKnowsEveryStrategy) {

@@ -101,8 +101,8 @@ class FakeTwoRanks : public dist::Communicator {
   int rank_;
 };
 
-struct Net {
-  explicit Net(std::uint64_t seed = 1) {
+struct ShardedNet {
+  explicit ShardedNet(std::uint64_t seed = 1) {
     torch::manual_seed(seed);
     w1 = (torch::randn({64, 32}) * 0.1).set_requires_grad(true);
     w2 = (torch::randn({32, 64}) * 0.1).set_requires_grad(true);
@@ -118,7 +118,7 @@ struct Net {
 
 TEST(ReduceScatterBuckets, KeepOnlyTheShardAndLaunchDuringBackward) {
   for (int rank : {0, 1}) {
-    Net net, ref;
+    ShardedNet net, ref;
     FakeTwoRanks comm(rank);
     auto named = net.named();
     // Buckets of >= 64 elements: w3, w2, w1 each alone.
@@ -153,8 +153,8 @@ TEST(ReduceScatterBuckets, KeepOnlyTheShardAndLaunchDuringBackward) {
 
 // One rank: every strategy must take the same steps. ZeRO-2 adds each micro-batch into its shard
 // in the order autograd would have accumulated, so even with accumulation the results are bitwise.
-std::vector<at::Tensor> train(const std::string& strategy, bool offload, c10::ScalarType dtype = torch::kFloat) {
-  Net net;
+std::vector<at::Tensor> train_zero(const std::string& strategy, bool offload, c10::ScalarType dtype = torch::kFloat) {
+  ShardedNet net;
   auto comm = dist::make_single_process_communicator();
   StrategyOptions options;
   options.adamw.weight_decay = 0.1;
@@ -184,11 +184,11 @@ std::vector<at::Tensor> train(const std::string& strategy, bool offload, c10::Sc
 }
 
 TEST(ZeroStrategy, OneRankEqualsDdpBitwiseWithAndWithoutOffload) {
-  const auto ddp = train("ddp", false);
+  const auto ddp = train_zero("ddp", false);
   for (const char* strategy : {"ddp", "zero1", "zero2"}) {
     for (bool offload : {false, true}) {
       SCOPED_TRACE(std::string(strategy) + (offload ? " offload" : ""));
-      const auto got = train(strategy, offload);
+      const auto got = train_zero(strategy, offload);
       ASSERT_EQ(got.size(), ddp.size());
       for (std::size_t i = 0; i < got.size(); ++i) EXPECT_TRUE(torch::equal(got[i], ddp[i])) << i;
     }
@@ -196,9 +196,9 @@ TEST(ZeroStrategy, OneRankEqualsDdpBitwiseWithAndWithoutOffload) {
 }
 
 TEST(ZeroStrategy, Bf16ParametersWithFp32MasterShard) {
-  const auto ddp = train("ddp", false, torch::kBFloat16);
+  const auto ddp = train_zero("ddp", false, torch::kBFloat16);
   for (const char* strategy : {"zero1", "zero2"}) {
-    const auto got = train(strategy, true, torch::kBFloat16);
+    const auto got = train_zero(strategy, true, torch::kBFloat16);
     ASSERT_EQ(got.size(), ddp.size());
     for (std::size_t i = 0; i < got.size(); ++i) {
       EXPECT_EQ(got[i].scalar_type(), torch::kBFloat16);
@@ -221,7 +221,7 @@ TEST(OptimizerShard, CopiesInChunksThroughASmallBuffer) {
 }
 
 TEST(ZeroStrategy, MemoryReportCountsTheShards) {
-  Net net;
+  ShardedNet net;
   auto comm = dist::make_single_process_communicator();
   StrategyOptions options;
   options.offload_optimizer = true;
