@@ -1,6 +1,7 @@
 # Sourced by build.sh and test.sh: reads an optional leading `--libtorch debian|pip` from the
-# arguments and sets `libtorch`, the build folder `build_dir` and the CMake arguments
-# `cmake_args` that pick that LibTorch. The remaining arguments stay in `args`.
+# arguments and sets `libtorch` and the build folder `build_dir`. The remaining arguments stay in
+# `args`. libtorch_cmake_args sets `cmake_args`, the CMake arguments that pick that LibTorch (it
+# looks in .venv/, so test.sh calls it only after setup.sh has installed the pip LibTorch).
 libtorch=debian
 args=("$@")
 if [ "${args[0]:-}" = "--libtorch" ]; then
@@ -8,18 +9,21 @@ if [ "${args[0]:-}" = "--libtorch" ]; then
   args=("${args[@]:2}")
 fi
 case "$libtorch" in
-  debian)
-    build_dir=build
-    cmake_args=() ;;
-  pip)
-    build_dir=build-pip
-    torch_cmake=$(ls -d .venv/lib/python3*/site-packages/torch/share/cmake 2>/dev/null | head -1 || true)
-    if [ -z "$torch_cmake" ]; then
-      echo "$(basename "$0"): no pip LibTorch in .venv/: run scripts/setup.sh --libtorch pip first" >&2
-      exit 1
-    fi
-    cmake_args=("-DCMAKE_PREFIX_PATH=$PWD/$torch_cmake") ;;
+  debian) build_dir=build ;;
+  pip) build_dir=build-pip ;;
   *)
     echo "$(basename "$0"): --libtorch takes debian or pip, not '$libtorch'" >&2
     exit 2 ;;
 esac
+
+libtorch_cmake_args() {
+  cmake_args=()
+  [ "$libtorch" = pip ] || return 0
+  local torch_cmake
+  torch_cmake=$(ls -d .venv/lib/python3*/site-packages/torch/share/cmake 2>/dev/null | head -1 || true)
+  if [ -z "$torch_cmake" ]; then
+    echo "$(basename "$0"): no pip LibTorch in .venv/: run scripts/setup.sh --libtorch pip first" >&2
+    exit 1
+  fi
+  cmake_args=("-DCMAKE_PREFIX_PATH=$PWD/$torch_cmake")
+}
