@@ -21,7 +21,6 @@
 namespace ft::dist {
 namespace {
 
-
 bool contains(const std::string& text, const char* part) { return text.find(part) != std::string::npos; }
 
 std::string one_line(std::string text) {

@@ -14,6 +14,7 @@
 #include "model/causal_lm_loss.h"
 #include "model/lora.h"
 #include "model/model_loader.h"
+#include "stories_model.h"
 #include "test_support.h"
 
 namespace ft::model {
@@ -37,12 +38,6 @@ const Batch& batch() {
     return r;
   }();
   return b;
-}
-
-LlamaForCausalLM checkpoint_stories(std::optional<c10::ScalarType> dtype = std::nullopt) {
-  LoadOptions options;
-  options.dtype = dtype;
-  return load_llama(test::data_path("stories260K"), options);
 }
 
 torch::Tensor mean_loss(LlamaForCausalLM& model, bool checkpointed) {
@@ -86,7 +81,7 @@ void expect_identical(const CheckpointRun& plain, const CheckpointRun& checkpoin
 }
 
 TEST(ActivationCheckpoint, FullFineTuneGivesIdenticalLossAndGradientsFp32) {
-  auto model = checkpoint_stories(torch::kFloat);
+  auto model = load_stories(torch::kFloat);
   model->train();
   for (auto& p : model->parameters()) p.requires_grad_(true);
   CheckpointRun plain = run(model, false);
@@ -97,7 +92,7 @@ TEST(ActivationCheckpoint, FullFineTuneGivesIdenticalLossAndGradientsFp32) {
 }
 
 TEST(ActivationCheckpoint, FullFineTuneGivesIdenticalLossAndGradientsBf16) {
-  auto model = checkpoint_stories(torch::kBFloat16);
+  auto model = load_stories(torch::kBFloat16);
   model->train();
   for (auto& p : model->parameters()) p.requires_grad_(true);
   CheckpointRun plain = run(model, false);
@@ -109,7 +104,7 @@ TEST(ActivationCheckpoint, FullFineTuneGivesIdenticalLossAndGradientsBf16) {
 // LoRA: the base is frozen, so the first layer's input does not require grad; the gradients
 // reach the adapters only because the layer's trainable parameters are inputs of the checkpoint.
 LlamaForCausalLM lora_model(double dropout) {
-  auto model = checkpoint_stories(torch::kFloat);
+  auto model = load_stories(torch::kFloat);
   LoraOptions o;
   o.r = 4;
   o.alpha = 8;
@@ -158,7 +153,7 @@ TEST(ActivationCheckpoint, GradientsAccumulateIntoAFlatBufferAndHooksFire) {
   // The parameters and their .grad as views into flat buffers, as parallel/flat_parameters.h lays
   // them out; autograd must accumulate into those views (not replace them) and run the
   // accumulators' post hooks once per parameter per backward.
-  auto model = checkpoint_stories(torch::kFloat);
+  auto model = load_stories(torch::kFloat);
   model->train();
   auto params = model->parameters();
   std::int64_t total = 0;
@@ -220,7 +215,7 @@ TEST(ActivationCheckpoint, FiniteDifferenceAgreesWithTheRecomputedGradient) {
   // recomputation in backward. Central difference in fp32 with step 1e-2 on the element whose
   // gradient is largest: truncation error ~ step^2 * d3L ~ 1e-5, rounding ~ 1e-7 * L / step ~ 5e-5,
   // so 1% of the gradient (about 5e-4 here) is a loose but meaningful bound.
-  auto model = checkpoint_stories(torch::kFloat);
+  auto model = load_stories(torch::kFloat);
   model->train();
   for (auto& p : model->parameters()) p.requires_grad_(false);
   torch::Tensor w = model->model->layers[2]->post_attention_layernorm->weight;

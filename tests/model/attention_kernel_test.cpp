@@ -12,6 +12,7 @@
 #include "model/causal_lm_loss.h"
 #include "model/generation.h"
 #include "model/model_loader.h"
+#include "stories_model.h"
 #include "test_support.h"
 
 namespace ft::model {
@@ -24,9 +25,7 @@ class AttentionKernels : public ::testing::Test {
     torch::set_num_threads(1);
   }
   LlamaForCausalLM load(c10::ScalarType dtype = torch::kFloat) {
-    LoadOptions options;
-    options.dtype = dtype;
-    return load_llama(test::data_path("stories260K"), options);
+    return load_stories(dtype);
   }
 };
 

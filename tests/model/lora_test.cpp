@@ -12,6 +12,7 @@
 #include "model/linear.h"
 #include "model/lora.h"
 #include "model/model_loader.h"
+#include "stories_model.h"
 #include "test_support.h"
 #include "util/file_util.h"
 
@@ -21,12 +22,6 @@ namespace {
 const torch::Tensor& prompt() {
   static const torch::Tensor ids = torch::tensor({1, 403, 407, 261, 378, 285, 308, 42}).unsqueeze(0);
   return ids;
-}
-
-LlamaForCausalLM lora_stories(std::optional<c10::ScalarType> dtype = std::nullopt) {
-  LoadOptions options;
-  options.dtype = dtype;
-  return load_llama(test::data_path("stories260K"), options);
 }
 
 torch::Tensor logits_of(LlamaForCausalLM& model) {
@@ -52,7 +47,7 @@ void randomize_b(LlamaForCausalLM& model, std::uint64_t seed, double std = 0.05)
 }
 
 TEST(Lora, ZeroBLeavesLogitsExactlyAsTheBase) {
-  auto model = lora_stories();
+  auto model = load_stories();
   auto base = logits_of(model);
   auto names = apply_lora(model, all_linear(), 1);
   EXPECT_EQ(names.size(), 35u);  // 7 projections x 5 layers
@@ -60,7 +55,7 @@ TEST(Lora, ZeroBLeavesLogitsExactlyAsTheBase) {
 }
 
 TEST(Lora, ParameterNamesShapesAndDtypesArePeftOnes) {
-  auto model = lora_stories();
+  auto model = load_stories();
   apply_lora(model, all_linear(4), 1);
   auto params = model->named_parameters();
   EXPECT_EQ(params.size(), 47u + 70u);
@@ -78,7 +73,7 @@ TEST(Lora, ParameterNamesShapesAndDtypesArePeftOnes) {
 }
 
 TEST(Lora, DefaultTargetsAreQAndV) {
-  auto model = lora_stories();
+  auto model = load_stories();
   LoraOptions o;  // q_proj, v_proj
   auto names = apply_lora(model, o, 0);
   ASSERT_EQ(names.size(), 10u);
@@ -87,7 +82,7 @@ TEST(Lora, DefaultTargetsAreQAndV) {
 }
 
 TEST(Lora, OnlyLoraParametersTrain) {
-  auto model = lora_stories();
+  auto model = load_stories();
   apply_lora(model, all_linear(), 1);
   randomize_b(model, 2);
   int trainable = 0;
@@ -109,7 +104,7 @@ TEST(Lora, OnlyLoraParametersTrain) {
 }
 
 TEST(Lora, KaimingUniformBoundAndZeroB) {
-  auto model = lora_stories();
+  auto model = load_stories();
   apply_lora(model, all_linear(8), 7);
   for (const auto& [name, p] : lora_parameters(model)) {
     if (name.find("lora_B") != std::string::npos) {
@@ -126,7 +121,7 @@ TEST(Lora, KaimingUniformBoundAndZeroB) {
 }
 
 TEST(Lora, InitIsReproducibleFromTheSeed) {
-  auto a = lora_stories(), b = lora_stories(), c = lora_stories();
+  auto a = load_stories(), b = load_stories(), c = load_stories();
   apply_lora(a, all_linear(), 11);
   apply_lora(b, all_linear(), 11);
   apply_lora(c, all_linear(), 12);
@@ -138,7 +133,7 @@ TEST(Lora, InitIsReproducibleFromTheSeed) {
 }
 
 TEST(Lora, RandomBChangesLogitsAndMergeGivesTheSameFunction) {
-  auto model = lora_stories();
+  auto model = load_stories();
   auto base = logits_of(model);
   apply_lora(model, all_linear(4, 8), 3);
   randomize_b(model, 4);
@@ -157,7 +152,7 @@ TEST(Lora, RandomBChangesLogitsAndMergeGivesTheSameFunction) {
 }
 
 TEST(Lora, MergeIsWPlusScaleBA) {
-  auto model = lora_stories();
+  auto model = load_stories();
   auto w0 = model->named_parameters()["model.layers.1.mlp.up_proj.weight"].clone();
   LoraOptions o = all_linear(4, 6);
   o.use_rslora = true;  // scale = 6 / sqrt(4) = 3
@@ -217,7 +212,7 @@ TEST(Lora, DropoutOnlyOnTheBranchAndOnlyInTraining) {
 }
 
 TEST(Lora, ModelEvalTurnsAdapterDropoutOff) {
-  auto model = lora_stories();
+  auto model = load_stories();
   LoraOptions o = all_linear();
   o.dropout = 0.3;
   apply_lora(model, o, 1);
@@ -230,10 +225,10 @@ TEST(Lora, ModelEvalTurnsAdapterDropoutOff) {
 }
 
 TEST(Lora, Bf16BaseWithFp32LoraIsCloseToFp32) {
-  auto f32 = lora_stories();
+  auto f32 = load_stories();
   apply_lora(f32, all_linear(), 3);
   randomize_b(f32, 4);
-  auto b16 = lora_stories(torch::kBFloat16);
+  auto b16 = load_stories(torch::kBFloat16);
   apply_lora(b16, all_linear(), 3);
   {
     torch::NoGradGuard no_grad;
@@ -245,7 +240,7 @@ TEST(Lora, Bf16BaseWithFp32LoraIsCloseToFp32) {
   auto low = logits_of(b16);
   EXPECT_EQ(low.scalar_type(), torch::kBFloat16);
   EXPECT_TRUE(torch::isfinite(low).all().item<bool>());
-  auto plain32 = lora_stories(), plain16 = lora_stories(torch::kBFloat16);
+  auto plain32 = load_stories(), plain16 = load_stories(torch::kBFloat16);
   const auto base32 = logits_of(plain32), base16 = logits_of(plain16);
   // bf16 keeps 8 bits of mantissa: the plain base's logits (up to ~18) already move by ~0.3 over
   // 5 layers. The fp32 adapter must not make that much worse (measured 0.52 with it, 0.32 without).
@@ -279,7 +274,7 @@ TEST(Lora, OptionsFromTheRunConfig) {
 }
 
 TEST(Lora, RegexTargetsMatchWholeModuleNames) {
-  auto model = lora_stories();
+  auto model = load_stories();
   LoraOptions o;
   o.targets = io::LoraTargets{{}, R"(model\.layers\.[01]\.self_attn\.(q|v)_proj)"};
   auto names = apply_lora(model, o, 0);
@@ -288,7 +283,7 @@ TEST(Lora, RegexTargetsMatchWholeModuleNames) {
 }
 
 TEST(Lora, ApplyErrors) {
-  auto model = lora_stories();
+  auto model = load_stories();
   LoraOptions o;
   o.targets = io::LoraTargets{{"lm_head"}, ""};
   EXPECT_FT_ERROR(apply_lora(model, o, 0),
@@ -308,7 +303,7 @@ TEST(Lora, ApplyErrors) {
 
 TEST(LoraAdapter, SaveThenLoadGivesIdenticalLogits) {
   test::TempDir dir;
-  auto model = lora_stories();
+  auto model = load_stories();
   LoraOptions o = all_linear(4, 8);
   o.use_rslora = true;
   apply_lora(model, o, 3);
@@ -316,7 +311,7 @@ TEST(LoraAdapter, SaveThenLoadGivesIdenticalLogits) {
   auto expected = logits_of(model);
   save_adapter(model, o, dir.file("adapter"), "stories260K");
 
-  auto fresh = lora_stories();
+  auto fresh = load_stories();
   LoraOptions loaded = load_adapter(fresh, dir.file("adapter"));
   EXPECT_EQ(loaded.r, 4);
   EXPECT_EQ(loaded.alpha, 8);
@@ -329,7 +324,7 @@ TEST(LoraAdapter, SaveThenLoadGivesIdenticalLogits) {
 
 TEST(LoraAdapter, KeysWithoutThePrefixLoadTheSame) {
   test::TempDir dir;
-  auto model = lora_stories();
+  auto model = load_stories();
   LoraOptions o;  // q_proj, v_proj
   apply_lora(model, o, 3);
   randomize_b(model, 4);
@@ -337,18 +332,18 @@ TEST(LoraAdapter, KeysWithoutThePrefixLoadTheSame) {
   make_directories(dir.file("bare"));
   io::write_safetensors(dir.file("bare/adapter_model.safetensors"), lora_adapter_tensors(model));
   write_file_atomic(dir.file("bare/adapter_config.json"), peft_adapter_config(o, "x").to_json().dump());
-  auto fresh = lora_stories();
+  auto fresh = load_stories();
   load_adapter(fresh, dir.file("bare"));
   EXPECT_TRUE(torch::equal(logits_of(fresh), expected));
 }
 
 TEST(LoraAdapter, LoadedAdapterMergesLikeItRuns) {
   test::TempDir dir;
-  auto model = lora_stories();
+  auto model = load_stories();
   apply_lora(model, all_linear(), 3);
   randomize_b(model, 4);
   save_adapter(model, all_linear(), dir.file("a"), "stories260K");
-  auto fresh = lora_stories();
+  auto fresh = load_stories();
   load_adapter(fresh, dir.file("a"));
   auto expected = logits_of(fresh);
   merge_lora(fresh);
@@ -382,7 +377,7 @@ TEST(LoraAdapter, TensorsThatDoNotFitAreErrorsNamingTheTensor) {
   test::TempDir dir;
   auto ok = adapter_dir(dir, "ok", [](io::NamedTensors&, Json&) {});
   {
-    auto model = lora_stories();
+    auto model = load_stories();
     load_adapter(model, ok);
     EXPECT_EQ(lora_parameters(model).size(), 10u);
   }
@@ -442,14 +437,14 @@ TEST(LoraAdapter, TensorsThatDoNotFitAreErrorsNamingTheTensor) {
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(c.name);
-    auto model = lora_stories();
+    auto model = load_stories();
     EXPECT_FT_ERROR(load_adapter(model, adapter_dir(dir, c.name, c.edit)), c.message);
     EXPECT_FALSE(has_lora(model)) << "a failed load must leave the model untouched";
   }
-  auto model = lora_stories();
+  auto model = load_stories();
   load_adapter(model, ok);
   EXPECT_FT_ERROR(load_adapter(model, ok), "the model already has LoRA on 'model.layers.0.self_attn.q_proj'");
-  auto plain = lora_stories();
+  auto plain = load_stories();
   EXPECT_FT_ERROR(save_adapter(plain, LoraOptions{}, dir.file("none"), "x"),
                   "cannot save an adapter: the model has no LoRA weights");
 }
