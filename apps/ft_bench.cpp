@@ -111,7 +111,7 @@ int run(int argc, char** argv) {
   command.ft_launch = sibling_program("ft_launch");
   command.ft_train = sibling_program("ft_train");
   command.config = config_path;
-  command.overrides = args.count("set") ? args["set"].as<std::vector<std::string>>() : std::vector<std::string>{};
+  command.overrides = ft::app::set_overrides(args);
   command.steps = steps;
   command.warmup = warmup;
   std::vector<ft::bench::BurstResult> results;

@@ -274,15 +274,24 @@ void Schema::apply_override(Json& config, const std::string& assignment) const {
     const std::string hint = suggest(path);
     FT_CHECK(false, "--set ", assignment, ": unknown key ", path, hint.empty() ? "" : ", did you mean " + hint + "?");
   }
+  // VALUE is JSON (a number, true, a list, an object, a "quoted string"); text that is not JSON
+  // is a string: any text for a string key, a plain word (no spaces, commas, quotes or brackets)
+  // for the others, so that a list or object with a typo is not taken for a string.
   Json value;
-  if (spec->kind == Kind::kString) {
+  std::string json_error;
+  try {
+    value = Json::parse(text);
+  } catch (const Json::exception& e) {
+    json_error = e.what();
+  }
+  if (spec->kind == Kind::kString && !value.is_string()) {
     value = text;
-  } else {
-    try {
-      value = Json::parse(text);
-    } catch (const Json::exception&) {
-      value = text;  // not JSON: a plain string (validation then says what was expected)
-    }
+  } else if (!json_error.empty()) {
+    const bool plain_word = !text.empty() && text.find_first_of(" \t\n[]{}\",") == std::string::npos;
+    FT_CHECK(plain_word, "--set ", path, "=", text, ": the value '", text, "' is neither JSON nor a plain word (",
+             json_error, "). Write lists and objects as JSON and quote the whole argument for the shell, e.g. --set '",
+             path, "=[\"q_proj\",\"v_proj\"]'; a string with spaces or commas as \"...\"");
+    value = text;  // validation then says what was expected
   }
   if (config.is_null()) config = Json::object();
   set_path(config, path, value);

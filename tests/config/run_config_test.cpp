@@ -143,6 +143,31 @@ TEST(RunConfig, SetOverrides) {
             std::string::npos);
 }
 
+// --set VALUE is any JSON value, commas and all; strings need no quotes unless they would read
+// as something else.
+TEST(RunConfig, SetTakesAnyJsonValue) {
+  const Json object = {{"base", "alpaca"}, {"prompt", "Q: {instruction}, briefly\n"}};
+  RunConfig c = parse_run_config(minimal(), "cfg.json",
+                                 {"lora.target_modules=[\"q_proj\", \"v_proj\",\"down_proj\"]",
+                                  "data.template=" + object.dump(), "run_dir=runs/a,b c", "model.path=\"quoted, path\""});
+  EXPECT_EQ(c.lora->target_modules, (std::vector<std::string>{"q_proj", "v_proj", "down_proj"}));
+  EXPECT_EQ(c.data.template_spec, object);
+  EXPECT_EQ(c.run_dir, "runs/a,b c");       // a string key takes any text as it is
+  EXPECT_EQ(c.model.path, "quoted, path");  // or a JSON string, unquoted
+
+  // Not JSON and not a plain word: the error quotes the value and shows how to write a list.
+  const std::string broken = error_of(minimal(), {"lora.target_modules=[\"q_proj\",\"v_proj\""});
+  EXPECT_NE(broken.find("--set lora.target_modules=[\"q_proj\",\"v_proj\": the value '[\"q_proj\",\"v_proj\"' is neither "
+                        "JSON nor a plain word"),
+            std::string::npos)
+      << broken;
+  EXPECT_NE(broken.find("--set 'lora.target_modules=[\"q_proj\",\"v_proj\"]'"), std::string::npos) << broken;
+  EXPECT_NE(error_of(minimal(), {"lora.target_modules=q_proj,v_proj"}).find("neither JSON nor a plain word"),
+            std::string::npos);
+  EXPECT_NE(error_of(minimal(), {"data.template={base: alpaca}"}).find("'{base: alpaca}' is neither JSON"),
+            std::string::npos);
+}
+
 TEST(RunConfig, FileErrors) {
   test::TempDir dir;
   write_file_atomic(dir.file("bad.json"), "{\n \"run_dir\": \"x\",\n}");
