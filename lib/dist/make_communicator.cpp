@@ -70,6 +70,7 @@ World join_world(const config::RunConfig& config, const c10::Device& device) {
   check_backend(config.parallel.backend, device);  // before any rank waits for another
   const double rendezvous_s = rendezvous_timeout_s(config.parallel.timeout_s);
   world.store = rendezvous(world.env, rendezvous_s);
+  if (world.env.distributed()) log::info(world.env.describe());  // how this run was started, for its log
   check_same_config(world.store, world.env, config.resolved, rendezvous_s);
   world.comm = make_communicator(config.parallel.backend, device, world.env, world.store, config.parallel.timeout_s);
   return world;

@@ -110,9 +110,24 @@ RankEnv from_torchrun(const EnvMap& env) {
   e.local_world_size = count_var(env, "LOCAL_WORLD_SIZE").value_or(e.world_size);
   FT_CHECK(e.local_world_size >= 1, "LOCAL_WORLD_SIZE=", e.local_world_size, ": expected at least 1");
   e.local_rank = count_var(env, "LOCAL_RANK").value_or(e.rank % e.local_world_size);
-  if (auto addr = lookup(env, "MASTER_ADDR")) e.master_addr = *addr;
+  const auto addr = lookup(env, "MASTER_ADDR");
+  if (addr) e.master_addr = *addr;
   if (auto port = lookup(env, "MASTER_PORT")) e.master_port = parse_port(*port);
+  e.restart_count = count_var(env, "TORCHELASTIC_RESTART_COUNT").value_or(0);
+  if (auto agent = lookup(env, "TORCHELASTIC_USE_AGENT_STORE")) {
+    // torchrun writes str(bool); torch itself compares with "True".
+    FT_CHECK(*agent == "True" || *agent == "False", "TORCHELASTIC_USE_AGENT_STORE=", *agent,
+             ": expected True or False, as torchrun sets it");
+    e.agent_store = *agent == "True";
+  }
   validate(e, {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE"});
+  if (e.agent_store && e.world_size > 1) {
+    FT_CHECK(addr.has_value() && e.master_port != 0,
+             "TORCHELASTIC_USE_AGENT_STORE=True says torchrun's agent hosts the rendezvous store, but ",
+             addr ? "MASTER_PORT" : "MASTER_ADDR",
+             " is not set: torchrun sets MASTER_ADDR and MASTER_PORT to the agent's store next to it. Start the "
+             "ranks with torchrun itself, or unset TORCHELASTIC_USE_AGENT_STORE when rank 0 should host the store");
+  }
   FT_CHECK(e.world_size == 1 || e.master_port != 0, "WORLD_SIZE=", e.world_size,
            " but MASTER_PORT is not set: rank 0 hosts the rendezvous at MASTER_ADDR:MASTER_PORT, so every rank "
            "needs the same MASTER_PORT (", kLaunchHint, ")");
@@ -167,9 +182,12 @@ RankEnv from_slurm(const EnvMap& env) {
 
 std::string RankEnv::describe() const {
   std::string out = str("rank ", rank, " of ", world_size, " (local rank ", local_rank, " of ", local_world_size, ")");
-  if (world_size > 1) out += str(", rendezvous at ", master_addr, ":", master_port);
+  if (world_size > 1) out += str(", rendezvous at ", master_addr, ":", master_port, agent_store ? " (torchrun's agent store)" : "");
+  if (restart_count > 0) out += str(", restart ", restart_count);
   return out + " (" + source + (source == "default" ? ": no rank variables set)" : " variables)");
 }
+
+std::string RankEnv::store_prefix() const { return agent_store ? str("/worker/attempt_", restart_count, "/") : ""; }
 
 RankEnv read_rank_env(const EnvMap& env) {
   if (env.count("RANK") == 0 && env.count("SLURM_PROCID") != 0) return from_slurm(env);

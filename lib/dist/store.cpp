@@ -17,6 +17,7 @@
 #include "dist/store_impl.h"
 #include "util/error.h"
 #include "util/timer.h"
+#include "util/torch_version.h"
 
 namespace ft::dist {
 namespace {
@@ -47,7 +48,30 @@ c10::intrusive_ptr<c10d::TCPStore> open_tcp_store(const std::string& host, int p
   return c10::make_intrusive<c10d::TCPStore>(host, options);
 }
 
+// PyTorch 2.x renumbered the store's commands (a VALIDATE greeting came first), so LibTorch 1.x's
+// client sends its "add" to a 2.x store as a "get" and waits forever for the answer. torchrun's
+// agent store is a 2.x one wherever torchrun still runs (torch 1.13's fails on Python 3.11).
+void refuse_agent_store_on_old_libtorch(const RankEnv& env) {
+#if !FT_TORCH_AT_LEAST(2, 0)
+  FT_CHECK(!env.agent_store, "TORCHELASTIC_USE_AGENT_STORE=True: torchrun's agent hosts the rendezvous store at ",
+           env.master_addr, ":", env.master_port, ", but this ft is built with LibTorch " TORCH_VERSION
+           ", whose store client cannot talk to a PyTorch 2.x store (it would wait forever). Either let rank 0 host "
+           "the store: TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 torchrun --standalone (or --rdzv-backend c10d "
+           "--rdzv-endpoint HOST:PORT) ...; or start the ranks with ft_launch; or build ft against PyTorch 2.x "
+           "(scripts/build.sh --libtorch pip)");
+#else
+  (void)env;
+#endif
+}
+
 std::string unreachable_message(const RankEnv& env, double timeout_s, const std::string& why) {
+  if (env.agent_store) {
+    return str("rank ", env.rank, " of ", env.world_size, " could not reach torchrun's agent store at ", env.master_addr,
+               ":", env.master_port, " within ", timeout_s, " s (", why,
+               "). TORCHELASTIC_USE_AGENT_STORE=True says torchrun's agent hosts it at MASTER_ADDR:MASTER_PORT; check "
+               "that this process was started by torchrun (not with torchrun's variables copied by hand: then unset "
+               "TORCHELASTIC_USE_AGENT_STORE so that rank 0 hosts the store) and that torchrun is still running");
+  }
   return str("rank ", env.rank, " of ", env.world_size, " could not reach the rendezvous store at ", env.master_addr, ":",
              env.master_port, " within ", timeout_s, " s (", why,
              "), so it cannot tell how many of the ", env.world_size, " ranks arrived. Check that rank 0 is running and got "
@@ -106,16 +130,19 @@ Store::~Store() = default;
 std::shared_ptr<Store> Store::connect(const RankEnv& env, double timeout_s) {
   FT_CHECK(env.master_port > 0, "no MASTER_PORT to meet at: rank ", env.rank, " of ", env.world_size,
            " needs MASTER_ADDR:MASTER_PORT (set by ft_launch or torchrun)");
+  refuse_agent_store_on_old_libtorch(env);
   ignore_sigpipe_by_default();
   auto impl = std::make_unique<Impl>();
   impl->host = env.master_addr;
   impl->port = env.master_port;
-  impl->server = env.rank == 0;
+  impl->agent_store = env.agent_store;
+  impl->server = env.rank == 0 && !env.agent_store;
+  impl->prefix = env.store_prefix();
   impl->timeout_s = timeout_s;
   const std::string where = str(env.master_addr, ":", env.master_port);
   const auto deadline = std::chrono::steady_clock::now() + to_milliseconds(timeout_s);
   if (!impl->server) {
-    // Wait for rank 0's port quietly ourselves: c10d's client gives up early on short timeouts
+    // Wait for rank 0's (or torchrun's agent's) port quietly ourselves: c10d's client gives up early on short timeouts
     // and logs every failed attempt.
     const std::string problem = wait_until_listening(impl->host, impl->port, deadline);
     if (!problem.empty()) throw Error(unreachable_message(env, timeout_s, problem));
@@ -158,39 +185,41 @@ std::shared_ptr<Store> Store::new_client() const {
   try {                                                                                                  \
     call;                                                                                                \
   } catch (const std::exception& e) {                                                                    \
-    throw Error(str("the rendezvous store at ", address(), " (hosted by rank 0) failed during ", what, ": ", \
-                    one_line(short_message(e)),                                                          \
-                    is_server() ? "" : ". Rank 0 may have exited or stopped: look at its output"));      \
+    throw Error(str("the rendezvous store at ", address(), " (hosted by ", hosted_by(), ") failed during ", what, \
+                    ": ", one_line(short_message(e)),                                                    \
+                    is_server() ? "" : str(". ", hosted_by(), " may have exited or stopped: look at its output"))); \
   }
 
 void Store::set(const std::string& key, const std::string& value) {
-  FT_STORE_CALL("set " + key, impl_->tcp->set(key, bytes(value)));
+  FT_STORE_CALL("set " + key, impl_->tcp->set(impl_->prefix + key, bytes(value)));
 }
 
 std::string Store::get(const std::string& key) {
   std::vector<std::uint8_t> value;
-  FT_STORE_CALL("get " + key, value = impl_->tcp->get(key));
+  FT_STORE_CALL("get " + key, value = impl_->tcp->get(impl_->prefix + key));
   return std::string(value.begin(), value.end());
 }
 
 std::int64_t Store::add(const std::string& key, std::int64_t delta) {
   std::int64_t value = 0;
-  FT_STORE_CALL("add " + key, value = impl_->tcp->add(key, delta));
+  FT_STORE_CALL("add " + key, value = impl_->tcp->add(impl_->prefix + key, delta));
   return value;
 }
 
 bool Store::check(const std::string& key) {
   bool present = false;
-  FT_STORE_CALL("check " + key, present = impl_->tcp->check({key}));
+  FT_STORE_CALL("check " + key, present = impl_->tcp->check({impl_->prefix + key}));
   return present;
 }
 
 bool Store::wait_for(const std::vector<std::string>& keys, double timeout_s) {
   const auto deadline = std::chrono::steady_clock::now() + to_milliseconds(timeout_s);
+  std::vector<std::string> prefixed;
+  for (const std::string& k : keys) prefixed.push_back(impl_->prefix + k);
   auto pause = std::chrono::milliseconds(1);
   while (true) {
     bool all = false;
-    FT_STORE_CALL("wait", all = impl_->tcp->check(keys));
+    FT_STORE_CALL("wait", all = impl_->tcp->check(prefixed));
     if (all) return true;
     if (std::chrono::steady_clock::now() >= deadline) return false;
     std::this_thread::sleep_for(pause);
@@ -204,6 +233,7 @@ const std::string& Store::host() const { return impl_->host; }
 int Store::port() const { return impl_->port; }
 std::string Store::address() const { return str(impl_->host, ":", impl_->port); }
 bool Store::is_server() const { return impl_->server; }
+std::string Store::hosted_by() const { return impl_->agent_store ? "torchrun's agent" : "rank 0"; }
 double Store::timeout_s() const { return impl_->timeout_s; }
 
 }  // namespace ft::dist

@@ -16,8 +16,10 @@ namespace ft::dist {
 class Store {
  public:
   // Rank 0 listens on MASTER_PORT (every interface) and connects to itself; the other ranks
-  // connect to MASTER_ADDR:MASTER_PORT, retrying until timeout_s. Throws ft::Error naming the
-  // address, the port and what to check (port in use on rank 0, MASTER_ADDR, firewall).
+  // connect to MASTER_ADDR:MASTER_PORT, retrying until timeout_s. Under torchrun's agent store
+  // (env.agent_store) every rank connects as a client. Keys are put under env.store_prefix().
+  // Throws ft::Error naming the address, the port and what to check (port in use on rank 0,
+  // MASTER_ADDR, firewall, torchrun's agent).
   // Ignores SIGPIPE when it is at its default, so that a peer that dies cannot kill this process
   // through a socket write.
   static std::shared_ptr<Store> connect(const RankEnv& env, double timeout_s);
@@ -42,6 +44,8 @@ class Store {
   int port() const;
   std::string address() const;  // "host:port"
   bool is_server() const;       // this process hosts the store (rank 0)
+  // "rank 0" or "torchrun's agent": who hosts the store, for messages.
+  std::string hosted_by() const;
   double timeout_s() const;
 
   struct Impl;

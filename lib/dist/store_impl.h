@@ -22,6 +22,8 @@ struct Store::Impl {
   std::string host;
   int port = 0;
   bool server = false;
+  bool agent_store = false;  // torchrun's agent hosts it (RankEnv::agent_store)
+  std::string prefix;        // RankEnv::store_prefix(), put before every key
   double timeout_s = 300;
 };
 

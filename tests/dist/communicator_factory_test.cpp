@@ -17,6 +17,7 @@
 #include "dist/rendezvous.h"
 #include "test_support.h"
 #include "util/build_info.h"
+#include "util/torch_version.h"
 
 namespace ft::dist {
 namespace {
@@ -129,6 +130,45 @@ Outcome outcome_of(F&& f) {
     out.error = e.what();
   }
   return out;
+}
+
+// torchrun's agent hosts one store for every start of the workers: here a store hosted by a
+// third party ("the agent", a rank-0 Store of another world) that two starts of two ranks use as
+// clients. Each start's keys live under its attempt, so the second start does not find the first
+// one's check-ins ("checked in twice").
+TEST(Rendezvous, TorchrunAgentStoreServesEveryRestart) {
+  const int port = free_port();
+  auto agent_env = [&](int rank, int restart) {
+    RankEnv e = env_of(rank, 2, port);
+    e.agent_store = true;
+    e.restart_count = restart;
+    return e;
+  };
+#if FT_TORCH_AT_LEAST(2, 0)
+  RankEnv host = env_of(0, 1, port);
+  host.world_size = 2;  // hosts the store only
+  auto agent = Store::connect(host, 10);
+  for (int restart : {0, 1}) {
+    SCOPED_TRACE(restart);
+    auto run = [&](int rank) { return outcome_of([&] { return rendezvous(agent_env(rank, restart), 10); }); };
+    auto r0 = std::async(std::launch::async, run, 0);
+    auto r1 = std::async(std::launch::async, run, 1);
+    const Outcome o0 = r0.get();
+    const Outcome o1 = r1.get();
+    EXPECT_EQ(o0.error, "");
+    EXPECT_EQ(o1.error, "");
+    ASSERT_TRUE(o0.store && o1.store);
+    EXPECT_FALSE(o0.store->is_server());  // rank 0 is a client of the agent's store too
+    EXPECT_EQ(o0.store->hosted_by(), "torchrun's agent");
+  }
+  agent.reset();
+  // Announced but not there: the error says whose store it is and what to check.
+  EXPECT_FT_ERROR(Store::connect(agent_env(0, 0), 0.5), "could not reach torchrun's agent store at 127.0.0.1:");
+#else
+  // LibTorch 1.x's client cannot talk to a PyTorch 2.x store: refused before connecting.
+  EXPECT_FT_ERROR(Store::connect(agent_env(1, 0), 0.5),
+                  "whose store client cannot talk to a PyTorch 2.x store (it would wait forever)");
+#endif
 }
 
 TEST(Rendezvous, ThreadsMeetAndAgree) {

@@ -50,6 +50,33 @@ TEST(RankEnv, TorchrunVariables) {
   EXPECT_EQ(e.describe(), "rank 5 of 8 (local rank 1 of 4), rendezvous at 10.0.0.1:29500 (torchrun variables)");
 }
 
+// What torchrun's elastic agent adds: it hosts the store itself, and each restart of the workers
+// is an attempt with keys of its own.
+TEST(RankEnv, TorchrunAgentStoreAndRestarts) {
+  EnvMap env = with(with(torchrun(0, 2), "TORCHELASTIC_USE_AGENT_STORE", "True"), "TORCHELASTIC_RESTART_COUNT", "2");
+  const RankEnv e = read_rank_env(env);
+  EXPECT_TRUE(e.agent_store);
+  EXPECT_EQ(e.restart_count, 2);
+  EXPECT_EQ(e.store_prefix(), "/worker/attempt_2/");
+  EXPECT_EQ(e.describe(),
+            "rank 0 of 2 (local rank 0 of 2), rendezvous at 10.0.0.1:29500 (torchrun's agent store), restart 2 "
+            "(torchrun variables)");
+  const RankEnv own = read_rank_env(with(torchrun(1, 2), "TORCHELASTIC_USE_AGENT_STORE", "False"));
+  EXPECT_FALSE(own.agent_store);
+  EXPECT_EQ(own.store_prefix(), "");  // rank 0 hosts a new store at every start (ft_launch)
+  EXPECT_EQ(own.restart_count, 0);
+
+  EXPECT_FT_ERROR(read_rank_env(with(torchrun(0, 2), "TORCHELASTIC_USE_AGENT_STORE", "yes")),
+                  "TORCHELASTIC_USE_AGENT_STORE=yes: expected True or False, as torchrun sets it");
+  EXPECT_FT_ERROR(read_rank_env(without(with(torchrun(1, 2), "TORCHELASTIC_USE_AGENT_STORE", "True"), "MASTER_ADDR")),
+                  "TORCHELASTIC_USE_AGENT_STORE=True says torchrun's agent hosts the rendezvous store, but MASTER_ADDR "
+                  "is not set");
+  EXPECT_FT_ERROR(read_rank_env(without(with(torchrun(1, 2), "TORCHELASTIC_USE_AGENT_STORE", "True"), "MASTER_PORT")),
+                  "but MASTER_PORT is not set: torchrun sets MASTER_ADDR and MASTER_PORT");
+  EXPECT_FT_ERROR(read_rank_env(with(torchrun(1, 2), "TORCHELASTIC_RESTART_COUNT", "x")),
+                  "TORCHELASTIC_RESTART_COUNT=x: expected a non-negative integer");
+}
+
 TEST(RankEnv, LocalValuesDefaultToASingleNode) {
   const RankEnv e = read_rank_env(EnvMap{{"RANK", "3"}, {"WORLD_SIZE", "4"}, {"MASTER_PORT", "1234"}});
   EXPECT_EQ(e.local_rank, 3);
