@@ -3,7 +3,9 @@
 // and the model's config.json alone (no weights: plan a 70B run on a laptop).
 //   ft_plan configs/llama13b_zero2.json --gpus 8
 //   ft_plan configs/llama7b_lora.json --gpus 2 --gpu-mem-gb 24 --seq-len 4096 --json
-//   ft_plan configs/llama13b_zero2.json --gpus 8 --set model.path=tests/data/model-configs/llama-2-13b
+//   ft_plan --model meta-llama/Llama-2-13b-hf --gpus 8      # a bundled config.json, default recipe
+// Without the weights, model.path's config.json comes from configs/models/ORG/NAME/ (see
+// io/model_catalog.h).
 #include <cxxopts.hpp>
 
 #include <cstdio>
@@ -12,6 +14,7 @@
 #include "app_main.h"
 #include "config_args.h"
 #include "io/hf_config.h"
+#include "io/model_catalog.h"
 #include "plan/memory_plan.h"
 #include "util/json.h"
 
@@ -78,6 +81,15 @@ void print_table(const ft::plan::MemoryPlan& plan, const ft::config::RunConfig& 
   std::printf("%s\n", plan.recommendation.c_str());
 }
 
+// The recipe planned by `ft_plan --model NAME` without a CONFIG: a full fine-tune in bf16 at 2048
+// tokens with activation checkpointing, global batch 32 (ft_plan shows the LoRA row beside it).
+ft::Json default_recipe(const std::string& model) {
+  return {{"run_dir", "runs/plan"},
+          {"model", {{"path", model}}},
+          {"data", {{"train", "(none: planning only)"}, {"max_seq_len", 2048}}},
+          {"train", {{"global_batch_size", 32}, {"lr", 1e-5}, {"precision", "bf16"}, {"activation_checkpointing", true}}}};
+}
+
 int run(int argc, char** argv) {
   cxxopts::Options options("ft_plan", "Memory and batch plan for a run, per GPU and strategy (needs config.json only).");
   ft::app::add_config_options(options);
@@ -89,6 +101,9 @@ int run(int argc, char** argv) {
        cxxopts::value<std::int64_t>()->default_value("0"))
       ("attention", "plan for this attention kernel: auto (this build's: sdpa on LibTorch 2.x) | sdpa | eager "
                     "(default: the config's model.attention)", cxxopts::value<std::string>())
+      ("model", "plan this model: a folder with config.json, or a Hugging Face name bundled in configs/models "
+                "(" FT_MODEL_CATALOG_DIR "); replaces model.path. Without CONFIG: a bf16 full fine-tune at 2048 tokens",
+       cxxopts::value<std::string>())
       ("json", "print the plan as JSON")
       ("h,help", "show this help");
   auto args = options.parse(argc, argv);
@@ -106,8 +121,16 @@ int run(int argc, char** argv) {
   if (plan_options.gpus <= 0) throw ft::app::UsageError{"--gpus must be positive"};
   if (plan_options.gpu_mem_gb <= 0) throw ft::app::UsageError{"--gpu-mem-gb must be positive"};
   if (plan_options.seq_len < 0) throw ft::app::UsageError{"--seq-len must be positive"};
-  const ft::config::RunConfig config = ft::app::load_config_from_args(args);
-  const ft::io::LlamaConfig model = ft::io::load_llama_config(config.model.path);
+  if (!args.count("config") && !args.count("model")) throw ft::app::UsageError{"a config file or --model is required"};
+  ft::config::RunConfig config =
+      args.count("config") ? ft::app::load_config_from_args(args)
+                           : ft::config::parse_run_config(default_recipe(args["model"].as<std::string>()),
+                                                          "--model " + args["model"].as<std::string>(),
+                                                          ft::app::set_overrides(args));
+  if (args.count("model")) config.model.path = args["model"].as<std::string>();
+  const ft::io::ModelConfigFolder found = ft::io::find_model_config(config.model.path, FT_MODEL_CATALOG_DIR);
+  if (!found.note.empty()) std::fprintf(stderr, "ft_plan: %s\n", found.note.c_str());
+  const ft::io::LlamaConfig model = ft::io::load_llama_config(found.folder);
   const ft::plan::MemoryPlan plan = ft::plan::plan_memory(config, model, plan_options);
   if (args.count("json")) {
     std::cout << to_json(plan).dump(2) << std::endl;

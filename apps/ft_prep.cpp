@@ -10,6 +10,7 @@
 #include "data/prepared_data.h"
 #include "data/tokenizer.h"
 #include "io/hf_config.h"
+#include "train/run_inputs.h"
 #include "util/log.h"
 #include "util/timer.h"
 
@@ -25,6 +26,9 @@ int run(int argc, char** argv) {
     return 0;
   }
   const ft::config::RunConfig config = ft::app::load_config_from_args(args);
+  ft::train::InputNeeds needs;
+  needs.weights = false;  // tokenizing needs the tokenizer and the data only
+  ft::train::check_run_inputs(config, needs);
   ft::data::Tokenizer tokenizer(config.model.path);
   const ft::io::LlamaConfig model = ft::io::load_llama_config(config.model.path);
   FT_CHECK(tokenizer.vocab_size() <= model.vocab_size, tokenizer.path(), " has ", tokenizer.vocab_size(),

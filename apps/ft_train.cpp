@@ -22,6 +22,7 @@
 #include "dist/process_exit.h"
 #include "model/attention.h"
 #include "train/stop_request.h"
+#include "train/run_inputs.h"
 #include "train/trainer.h"
 #include "util/log.h"
 
@@ -40,6 +41,7 @@ int run(int argc, char** argv) {
     return 0;
   }
   const ft::config::RunConfig config = ft::app::load_config_from_args(args);
+  ft::train::check_run_inputs(config);  // every missing file at once, before any other output
   ft::model::parse_attention_kernel(config.model.attention, "model.attention");  // refused before any work
   // One GPU per local rank when LibTorch has CUDA (and the backend is not forced to Gloo).
   const ft::dist::RankEnv env = ft::dist::read_rank_env();

@@ -1,15 +1,15 @@
 #!/usr/bin/env python3
 """Prints the README's table of ft_plan for the shipped LLaMA-2 configs on 1, 2, 4 and 8 x 24 GB
 (GB per GPU at the largest micro-batch that fits, micro-batch x accumulation; "no (N)": needs N GB
-at micro-batch 1), from the config.json files in tests/data/model-configs (no weights needed).
+at micro-batch 1), from the config.json files bundled in configs/models (no weights needed: ft_plan
+finds them by the configs' model folder names).
     scripts/plan_table.py [build/bin/ft_plan]
 """
 import json
 import subprocess
 import sys
 
-CONFIGS = [("llama7b_lora.json", "llama-2-7b"), ("llama7b_zero2.json", "llama-2-7b"),
-           ("llama13b_zero2.json", "llama-2-13b"), ("llama13b_fsdp.json", "llama-2-13b")]
+CONFIGS = ["llama7b_lora.json", "llama7b_zero2.json", "llama13b_zero2.json", "llama13b_fsdp.json"]
 
 
 def cell(row):
@@ -22,10 +22,9 @@ def main():
     ft_plan = sys.argv[1] if len(sys.argv) > 1 else "build/bin/ft_plan"
     print("| config | GPUs | LoRA row | `ddp` | `zero1` | `zero2` | `fsdp` |")
     print("|---|---|---|---|---|---|---|")
-    for config, model in CONFIGS:
+    for config in CONFIGS:
         for gpus in (1, 2, 4, 8):
-            out = subprocess.run([ft_plan, f"configs/{config}", "--gpus", str(gpus), "--json", "--set",
-                                  f"model.path=tests/data/model-configs/{model}"],
+            out = subprocess.run([ft_plan, f"configs/{config}", "--gpus", str(gpus), "--json"],
                                  check=True, capture_output=True, text=True).stdout
             rows = json.loads(out)["strategies"]
             print(f"| `{config}` | {gpus} | " + " | ".join(cell(r) for r in rows) + " |")

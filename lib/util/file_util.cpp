@@ -96,6 +96,12 @@ std::string join_path(const std::string& a, const std::string& b) {
   return a.back() == '/' ? a + b : a + "/" + b;
 }
 
+std::string current_directory() {
+  std::error_code ec;
+  const auto cwd = std::filesystem::current_path(ec);
+  return ec ? std::string(".") : cwd.string();
+}
+
 std::string parent_directory(const std::string& path) {
   auto parent = std::filesystem::path(path).parent_path().string();
   return parent.empty() ? "." : parent;

@@ -23,6 +23,8 @@ std::uint64_t file_size(const std::string& path);
 void make_directories(const std::string& path);
 std::string join_path(const std::string& a, const std::string& b);
 std::string parent_directory(const std::string& path);
+// The working directory, against which relative paths in configs are read.
+std::string current_directory();
 // Removes a file or a folder with everything in it (nothing when it does not exist).
 void remove_tree(const std::string& path);
 // rename(2) with an error naming both paths.

@@ -14,7 +14,7 @@ namespace ft::bench {
 namespace {
 
 TEST(TrainingFlops, Llama2_7bMatchesPalmFormulaByHand) {
-  const io::LlamaConfig m = io::load_llama_config(test::data_path("model-configs/llama-2-7b"));
+  const io::LlamaConfig m = io::load_llama_config(test::model_config_path("meta-llama/Llama-2-7b-hf"));
   // 32 layers x (4 x 4096² + 3 x 4096 x 11008) + 32000 x 4096 (the head) = 6,607,077,376.
   EXPECT_EQ(matmul_parameters(m), 6607077376LL);
   // 6N + 12 x 32 layers x 32 heads x 128 x 4096 tokens.

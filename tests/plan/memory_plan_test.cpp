@@ -22,12 +22,12 @@ std::string repo_file(const std::string& relative) {
 }
 
 config::RunConfig shipped(const std::string& name, const std::string& model, std::vector<std::string> overrides = {}) {
-  overrides.push_back("model.path=" + test::data_path("model-configs/" + model));
+  overrides.push_back("model.path=" + test::model_config_path(model));
   return config::load_run_config(repo_file("configs/" + name), overrides);
 }
 
 io::LlamaConfig model_config(const std::string& model) {
-  return io::load_llama_config(test::data_path("model-configs/" + model));
+  return io::load_llama_config(test::model_config_path(model));
 }
 
 const StrategyPlan& row(const MemoryPlan& plan, const std::string& name) {
@@ -37,8 +37,8 @@ const StrategyPlan& row(const MemoryPlan& plan, const std::string& name) {
 }
 
 TEST(MemoryPlan, FullFineTuneModelStateIsTheZeroFormulas) {
-  const auto run = shipped("llama7b_zero2.json", "llama-2-7b", {"parallel.offload_optimizer=false"});
-  const auto model = model_config("llama-2-7b");
+  const auto run = shipped("llama7b_zero2.json", "meta-llama/Llama-2-7b-hf", {"parallel.offload_optimizer=false"});
+  const auto model = model_config("meta-llama/Llama-2-7b-hf");
   PlanOptions o;
   o.gpus = 8;
   const MemoryPlan plan = plan_memory(run, model, o);
@@ -54,10 +54,10 @@ TEST(MemoryPlan, FullFineTuneModelStateIsTheZeroFormulas) {
 }
 
 TEST(MemoryPlan, OffloadMovesTheOptimizerToTheHost) {
-  const auto run = shipped("llama7b_zero2.json", "llama-2-7b");
+  const auto run = shipped("llama7b_zero2.json", "meta-llama/Llama-2-7b-hf");
   PlanOptions o;
   o.gpus = 8;
-  const MemoryPlan plan = plan_memory(run, model_config("llama-2-7b"), o);
+  const MemoryPlan plan = plan_memory(run, model_config("meta-llama/Llama-2-7b-hf"), o);
   const auto& zero2 = row(plan, "zero2");
   EXPECT_EQ(zero2.at_micro_batch.optimizer, 0);
   EXPECT_EQ(zero2.at_micro_batch.host_optimizer, 12 * kPsi7b / 8 + 4 * kPsi7b / 8);
@@ -67,8 +67,8 @@ TEST(MemoryPlan, OffloadMovesTheOptimizerToTheHost) {
 // The LoRA row of llama13b_zero2.json: the int8 base counted as model/quantization.h stores it,
 // fp32 LoRA weights, ZeRO-2 shards of their gradients and AdamW state; it fits 8 x 24 GB with margin.
 TEST(MemoryPlan, QuantizedLoraBaseIsCountedAtItsQuantizedSize) {
-  const auto run = shipped("llama13b_zero2.json", "llama-2-13b");
-  const auto model = model_config("llama-2-13b");
+  const auto run = shipped("llama13b_zero2.json", "meta-llama/Llama-2-13b-hf");
+  const auto model = model_config("meta-llama/Llama-2-13b-hf");
   PlanOptions o;
   o.gpus = 8;
   const MemoryPlan plan = plan_memory(run, model, o);
@@ -87,14 +87,14 @@ TEST(MemoryPlan, QuantizedLoraBaseIsCountedAtItsQuantizedSize) {
   EXPECT_LT(lora.at_micro_batch.total(), 22'000'000'000);  // about 2 GB or more to spare
   EXPECT_EQ(lora.grad_accum, 64 / (lora.micro_batch * 8));
   // Unquantized, the same LoRA run does not fit: the bf16 base alone is 26 GB.
-  const MemoryPlan bf16 = plan_memory(shipped("llama13b_zero2.json", "llama-2-13b", {"model.quantize=none"}), model, o);
+  const MemoryPlan bf16 = plan_memory(shipped("llama13b_zero2.json", "meta-llama/Llama-2-13b-hf", {"model.quantize=none"}), model, o);
   EXPECT_FALSE(bf16.strategies.front().fits);
   EXPECT_NE(bf16.recommendation.find("quantize the base"), std::string::npos) << bf16.recommendation;
 }
 
 TEST(MemoryPlan, SdpaKeepsNoScoresSoActivationsGrowLinearlyWithLength) {
-  const auto model = model_config("llama-2-7b");
-  const auto run = shipped("llama7b_lora.json", "llama-2-7b", {"data.packing=false"});
+  const auto model = model_config("meta-llama/Llama-2-7b-hf");
+  const auto run = shipped("llama7b_lora.json", "meta-llama/Llama-2-7b-hf", {"data.packing=false"});
   const auto eager = model::AttentionKernel::kEager, sdpa = model::AttentionKernel::kSdpa;
   for (bool lora : {true, false}) {
     const auto e2k = memory_for(run, model, "zero2", lora, 1, 2048, 8, eager);
@@ -115,8 +115,8 @@ TEST(MemoryPlan, SdpaKeepsNoScoresSoActivationsGrowLinearlyWithLength) {
   }
   // With packing, sdpa gets a mask (in bf16) and repeats no heads (LLaMA-2-7B has no grouping):
   // the only difference to unpacked is the mask, [b, 1, s, s] in the compute dtype.
-  const auto packed = shipped("llama7b_lora.json", "llama-2-7b", {"data.packing=true", "train.activation_checkpointing=false"});
-  const auto unpacked = shipped("llama7b_lora.json", "llama-2-7b", {"data.packing=false", "train.activation_checkpointing=false"});
+  const auto packed = shipped("llama7b_lora.json", "meta-llama/Llama-2-7b-hf", {"data.packing=true", "train.activation_checkpointing=false"});
+  const auto unpacked = shipped("llama7b_lora.json", "meta-llama/Llama-2-7b-hf", {"data.packing=false", "train.activation_checkpointing=false"});
   EXPECT_EQ(memory_for(packed, model, "ddp", true, 1, 2048, 1, sdpa).activations_full -
                 memory_for(unpacked, model, "ddp", true, 1, 2048, 1, sdpa).activations_full,
             std::int64_t{2048} * 2048 * 2);
@@ -131,8 +131,8 @@ TEST(MemoryPlan, SdpaKeepsNoScoresSoActivationsGrowLinearlyWithLength) {
 }
 
 TEST(MemoryPlan, ActivationCheckpointingAndBatchArithmetic) {
-  const auto model = model_config("llama-2-7b");
-  const auto run = shipped("llama7b_lora.json", "llama-2-7b");
+  const auto model = model_config("meta-llama/Llama-2-7b-hf");
+  const auto run = shipped("llama7b_lora.json", "meta-llama/Llama-2-7b-hf");
   const auto eager = model::AttentionKernel::kEager;
   const auto with = memory_for(run, model, "ddp", true, 1, 2048, 8, eager);
   EXPECT_LT(with.activations_checkpointed * 10, with.activations_full);
@@ -140,7 +140,7 @@ TEST(MemoryPlan, ActivationCheckpointingAndBatchArithmetic) {
   // A global batch that does not divide over the GPUs gets the nearest one that does.
   PlanOptions o;
   o.gpus = 3;
-  const MemoryPlan plan = plan_memory(shipped("llama7b_lora.json", "llama-2-7b", {"train.global_batch_size=64"}), model, o);
+  const MemoryPlan plan = plan_memory(shipped("llama7b_lora.json", "meta-llama/Llama-2-7b-hf", {"train.global_batch_size=64"}), model, o);
   const auto& lora = plan.strategies.front();
   ASSERT_TRUE(lora.fits);
   EXPECT_EQ(lora.global_batch % (lora.micro_batch * 3), 0);
@@ -151,7 +151,7 @@ TEST(MemoryPlan, ActivationCheckpointingAndBatchArithmetic) {
 TEST(FtPlan, JsonFieldsForEveryStrategyFromConfigJsonAlone) {
   const std::string cmd = "cd " + repo_file("") + " && " + test::bin_path("ft_plan") +
                           " configs/llama13b_zero2.json --gpus 8 --json --set model.path=" +
-                          test::data_path("model-configs/llama-2-13b");
+                          test::model_config_path("meta-llama/Llama-2-13b-hf");
   const auto r = test::run_command(cmd);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const Json plan = parse_json(r.output, "ft_plan --json");
@@ -166,7 +166,7 @@ TEST(FtPlan, JsonFieldsForEveryStrategyFromConfigJsonAlone) {
 
   const auto text = test::run_command("cd " + repo_file("") + " && " + test::bin_path("ft_plan") +
                                       " configs/llama34b_nf4_lora.json --gpus 8 --set model.path=" +
-                                      test::data_path("model-configs/codellama-34b"));
+                                      test::model_config_path("codellama/CodeLlama-34b-hf"));
   EXPECT_EQ(text.exit_code, 0) << text.output;
   EXPECT_NE(text.output.find("Use lora+zero2"), std::string::npos) << text.output;
 
@@ -179,6 +179,52 @@ TEST(FtPlan, JsonFieldsForEveryStrategyFromConfigJsonAlone) {
                                      true);
   EXPECT_NE(bad.exit_code, 0);
   EXPECT_NE(bad.output.find("--gpus must be positive"), std::string::npos) << bad.output;
+}
+
+// A shipped config plans out of the box on a machine without its weights: its model folder's
+// name finds the bundled config.json (configs/models/ORG/NAME).
+TEST(FtPlan, EveryShippedConfigPlansWithoutWeights) {
+  int planned = 0;
+  for (const std::string& name : list_directory(repo_file("configs"))) {
+    if (name.size() < 5 || name.substr(name.size() - 5) != ".json") continue;
+    SCOPED_TRACE(name);
+    const auto r = test::run_command("cd " + repo_file("") + " && " + test::bin_path("ft_plan") + " configs/" + name +
+                                         " --gpus 8",
+                                     true);
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("fits"), std::string::npos) << r.output;
+    const bool tiny = name.rfind("tiny", 0) == 0;
+    EXPECT_EQ(r.output.find("planning with the bundled config.json of ") != std::string::npos, !tiny) << r.output;
+    ++planned;
+  }
+  EXPECT_GE(planned, 10);
+}
+
+// As accelerate estimate-memory: a model by its Hugging Face name, with a config's recipe or the
+// default one (bf16 full fine-tune, 2048 tokens).
+TEST(FtPlan, AModelByItsHuggingFaceName) {
+  const std::string ft_plan = test::bin_path("ft_plan");
+  const auto alone = test::run_command(ft_plan + " --model meta-llama/Llama-2-13b-hf --gpus 8 --json", true);
+  ASSERT_EQ(alone.exit_code, 0) << alone.output;
+  const Json plan = parse_json(alone.output, "ft_plan --json");
+  EXPECT_EQ(plan["parameters"], 13015864320LL);  // LLaMA-2-13B as transformers counts it
+  EXPECT_EQ(plan["seq_len"], 2048);
+  const auto recipe = test::run_command(ft_plan + " " + repo_file("configs/llama7b_lora.json") +
+                                            " --model codellama/CodeLlama-34b-hf --gpus 8 --json",
+                                        true);
+  ASSERT_EQ(recipe.exit_code, 0) << recipe.output;
+  EXPECT_GT(parse_json(recipe.output, "ft_plan --json")["parameters"].get<double>(), 33e9);
+  const auto unknown = test::run_command(ft_plan + " --model meta-llama/Llama-9-1t", true);
+  EXPECT_EQ(unknown.exit_code, 1);
+  EXPECT_NE(unknown.output.find("meta-llama/Llama-9-1t: not found, and no model of that name is bundled in"),
+            std::string::npos)
+      << unknown.output;
+  EXPECT_NE(unknown.output.find("codellama/CodeLlama-34b-hf, meta-llama/Llama-2-13b-hf, meta-llama/Llama-2-7b-hf"),
+            std::string::npos)
+      << unknown.output;
+  const auto nothing = test::run_command(ft_plan + " --gpus 2", true);
+  EXPECT_EQ(nothing.exit_code, 2);
+  EXPECT_NE(nothing.output.find("a config file or --model is required"), std::string::npos) << nothing.output;
 }
 
 }  // namespace

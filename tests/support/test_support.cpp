@@ -25,6 +25,9 @@ std::string folder(const char* variable, const char* compiled) {
 std::string data_path(const std::string& relative) {
   return folder("FT_TEST_DATA_DIR", FT_TEST_DATA_DIR) + "/" + relative;
 }
+std::string model_config_path(const std::string& hf_name) {
+  return data_path("../../configs/models/" + hf_name);
+}
 std::string bin_path(const std::string& program) { return folder("FT_BIN_DIR", FT_BIN_DIR) + "/" + program; }
 
 TempDir::TempDir() {

@@ -16,6 +16,8 @@ namespace ft::test {
 
 // tests/data/<relative> ($FT_TEST_DATA_DIR when set)
 std::string data_path(const std::string& relative);
+// The bundled config.json folder of a model by its Hugging Face name: configs/models/ORG/NAME.
+std::string model_config_path(const std::string& hf_name);
 // build/bin/<program> ($FT_BIN_DIR when set)
 std::string bin_path(const std::string& program);
 
