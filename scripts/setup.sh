@@ -3,7 +3,9 @@
 # there is skipped, and `apt-get update` runs at most once.
 #   scripts/setup.sh                  # Debian 12 packages: LibTorch 1.13 (CPU, Gloo) and the tools
 #   scripts/setup.sh --libtorch pip   # the same, plus a CUDA LibTorch: the pinned pip torch wheel
-#                                     # in .venv/ (inside the checkout, ignored by git)
+#                                     # in .venv/ (inside the checkout, ignored by git), and the
+#                                     # pinned transformers, peft, sentencepiece and tokenizers
+#                                     # that the interop tests run against (scripts/interop-requirements.txt)
 # The pip LibTorch comes with only the CUDA libraries its libtorch_cuda.so loads (the versions the
 # torch wheel pins; no Python dependencies, no Triton): 2.46 GB downloaded, 3.9 GB installed.
 # It runs on a machine without a GPU too (every CUDA query answers "no device").
@@ -77,11 +79,25 @@ if "$venv/bin/python3" -m pip show -q torch >/dev/null 2>&1 &&
    [ "$("$venv/bin/python3" -m pip show torch 2>/dev/null | sed -n 's/^Version: //p')" = "${torch_pin#torch==}" ] &&
    [ -f "$venv/.ft-cuda-pins" ] && [ "$(cat "$venv/.ft-cuda-pins")" = "${cuda_pins[*]}" ]; then
   echo "setup: $torch_pin and its CUDA libraries already in $venv"
-  exit 0
+else
+  echo "setup: installing $torch_pin and ${#cuda_pins[@]} CUDA library wheels into $venv (about 2.5 GB)"
+  start=$(date +%s)
+  # --no-deps: of the wheel's Python dependencies, only the pure-Python ones that `import torch`
+  # needs are installed below (no Triton, no CUDA toolkit wheels: torch runs on the CPU here).
+  "$venv/bin/python3" -m pip install -q --disable-pip-version-check --no-deps "$torch_pin" "${cuda_pins[@]}"
+  echo "${cuda_pins[*]}" > "$venv/.ft-cuda-pins"
+  echo "setup: pip LibTorch installed in $(( $(date +%s) - start )) s ($(du -sh "$venv" | cut -f1) in $venv)"
 fi
-echo "setup: installing $torch_pin and ${#cuda_pins[@]} CUDA library wheels into $venv (about 2.5 GB)"
-start=$(date +%s)
-# --no-deps: the wheel's Python dependencies (sympy, networkx, triton, ...) serve only `import torch`.
-"$venv/bin/python3" -m pip install -q --disable-pip-version-check --no-deps "$torch_pin" "${cuda_pins[@]}"
-echo "${cuda_pins[*]}" > "$venv/.ft-cuda-pins"
-echo "setup: pip LibTorch installed in $(( $(date +%s) - start )) s ($(du -sh "$venv" | cut -f1) in $venv)"
+
+# The live references of the interop tests (ctest -L interop): torchrun (import torch), transformers,
+# PEFT, sentencepiece and tokenizers, every package pinned, with the pure-Python dependencies
+# torch needs to import. --no-deps keeps pip from pulling Triton and CUDA wheels for torch.
+requirements=scripts/interop-requirements.txt
+if [ -f "$venv/.ft-interop-pins" ] && cmp -s "$venv/.ft-interop-pins" "$requirements"; then
+  echo "setup: interop packages already in $venv"
+else
+  start=$(date +%s)
+  "$venv/bin/python3" -m pip install -q --disable-pip-version-check --no-deps -r "$requirements"
+  cp "$requirements" "$venv/.ft-interop-pins"
+  echo "setup: $(grep -c '==' "$requirements") interop packages (transformers, peft, sentencepiece, ...) installed in $(( $(date +%s) - start )) s"
+fi

@@ -154,6 +154,32 @@ PeftAdapterConfig parse_peft_adapter_config(const Json& json, const std::string&
              ": lora_dropout: expected a number in [0, 1), got ", describe_json(v));
     c.lora_dropout = v.get<double>();
   }
+  // What ft cannot apply: refuse rather than produce different outputs than PEFT would.
+  FT_CHECK(!present(json, "use_dora") || json["use_dora"] == false, source,
+           ": use_dora: DoRA adapters are not supported (expected false, got ", describe_json(json["use_dora"]), ")");
+  FT_CHECK(!present(json, "bias") || json["bias"] == "none", source, ": bias: expected \"none\", got ",
+           shown(json["bias"]), " (adapters that train biases are not supported)");
+  FT_CHECK(!present(json, "fan_in_fan_out") || json["fan_in_fan_out"] == false, source,
+           ": fan_in_fan_out: expected false, got ", describe_json(json["fan_in_fan_out"]),
+           " (that is for GPT-2-style Conv1D layers, which LLaMA does not have)");
+  FT_CHECK(!set_and_nonempty(json, "modules_to_save"), source, ": modules_to_save: expected null, got ",
+           describe_json(json["modules_to_save"]), " (adapters carrying full copies of modules are not supported)");
+  for (const char* key : {"rank_pattern", "alpha_pattern", "layers_to_transform", "exclude_modules", "target_parameters"})
+    FT_CHECK(!set_and_nonempty(json, key), source, ": ", key, ": expected null or empty, got ", describe_json(json[key]),
+             " (ft applies one rank and alpha to every targeted module)");
+  FT_CHECK(!present(json, "lora_bias") || json["lora_bias"] == false, source,
+           ": lora_bias: expected false, got ", describe_json(json["lora_bias"]));
+  // LoRA variants PEFT saves under peft_type LORA that change what the adapter computes: an
+  // activated LoRA (only after its invocation tokens), replicated layers, block-diagonal, KaSA,
+  // MonteCLoRA, Arrow routing, trainable token rows. Found by the interop tests: without these
+  // checks the first two loaded and gave other logits than PEFT.
+  for (const char* key : {"alora_invocation_tokens", "layer_replication", "trainable_token_indices", "kasa_config",
+                          "monteclora_config", "arrow_config"}) {
+    FT_CHECK(!set_and_nonempty(json, key), source, ": ", key, ": expected null or empty, got ", describe_json(json[key]),
+             " (this LoRA variant is not supported: ft applies plain LoRA to every targeted linear layer)");
+  }
+  FT_CHECK(!present(json, "use_bdlora") || json["use_bdlora"] == false, source, ": use_bdlora: expected null or false, got ",
+           describe_json(json["use_bdlora"]), " (block-diagonal LoRA is not supported)");
   FT_CHECK(present(json, "target_modules"), source,
            ": missing key \"target_modules\" (expected a list of module names, \"all-linear\" or a regex)");
   const Json& targets = json["target_modules"];
@@ -191,21 +217,6 @@ PeftAdapterConfig parse_peft_adapter_config(const Json& json, const std::string&
   }
   if (present(json, "task_type") && json["task_type"].is_string()) c.task_type = json["task_type"].get<std::string>();
 
-  // What ft cannot apply: refuse rather than produce different outputs than PEFT would.
-  FT_CHECK(!present(json, "use_dora") || json["use_dora"] == false, source,
-           ": use_dora: DoRA adapters are not supported (expected false, got ", describe_json(json["use_dora"]), ")");
-  FT_CHECK(!present(json, "bias") || json["bias"] == "none", source, ": bias: expected \"none\", got ",
-           shown(json["bias"]), " (adapters that train biases are not supported)");
-  FT_CHECK(!present(json, "fan_in_fan_out") || json["fan_in_fan_out"] == false, source,
-           ": fan_in_fan_out: expected false, got ", describe_json(json["fan_in_fan_out"]),
-           " (that is for GPT-2-style Conv1D layers, which LLaMA does not have)");
-  FT_CHECK(!set_and_nonempty(json, "modules_to_save"), source, ": modules_to_save: expected null, got ",
-           describe_json(json["modules_to_save"]), " (adapters carrying full copies of modules are not supported)");
-  for (const char* key : {"rank_pattern", "alpha_pattern", "layers_to_transform", "exclude_modules", "target_parameters"})
-    FT_CHECK(!set_and_nonempty(json, key), source, ": ", key, ": expected null or empty, got ", describe_json(json[key]),
-             " (ft applies one rank and alpha to every targeted module)");
-  FT_CHECK(!present(json, "lora_bias") || json["lora_bias"] == false, source,
-           ": lora_bias: expected false, got ", describe_json(json["lora_bias"]));
   return c;
 }
 

@@ -1,9 +1,10 @@
 // ft_tokenize: ft's tokenizer on a list of texts, for the interop test against the sentencepiece
 // library (tests/interop/test_sentencepiece.py). Not a user program.
 //   ft_tokenize --tokenizer PATH --texts TEXTS.json --out IDS.json
-// TEXTS.json: a JSON list of strings, or of {"hex": "..."} for byte strings that are not UTF-8.
-// IDS.json: {"ids": [[...], ...], "decoded": [...]} (ids without BOS; decoded from those ids,
-// non-UTF-8 output as {"hex": "..."}).
+// TEXTS.json: a JSON list of strings, of {"hex": "..."} for byte strings that are not UTF-8, or
+// of {"ids": [...]} for id sequences to decode as they are (not encoded).
+// IDS.json: {"ids": [[...], ...], "decoded": [...]} (ids without BOS, or the given ids; decoded
+// from those ids, non-UTF-8 output as {"hex": "..."}).
 #include <cxxopts.hpp>
 
 #include "app_main.h"
@@ -53,8 +54,14 @@ int run(int argc, char** argv) {
   ft::Json ids = ft::Json::array();
   ft::Json decoded = ft::Json::array();
   for (const auto& t : texts) {
-    const std::string text = t.is_string() ? t.get<std::string>() : from_hex(t.at("hex").get<std::string>());
-    const std::vector<std::int64_t> encoded = tokenizer.encode(text, /*add_bos=*/false);
+    std::vector<std::int64_t> encoded;
+    if (t.is_object() && t.contains("ids")) {
+      encoded = t.at("ids").get<std::vector<std::int64_t>>();
+      ft::data::check_token_ids(encoded, tokenizer.vocab_size(), "TEXTS.json item " + std::to_string(ids.size()));
+    } else {
+      const std::string text = t.is_string() ? t.get<std::string>() : from_hex(t.at("hex").get<std::string>());
+      encoded = tokenizer.encode(text, /*add_bos=*/false);
+    }
     ids.push_back(encoded);
     const std::string back = tokenizer.decode(encoded);
     decoded.push_back(valid_utf8(back) ? ft::Json(back) : ft::Json{{"hex", to_hex(back)}});

@@ -190,10 +190,23 @@ TEST(PeftAdapter, ConfigErrorsNameTheFileAndKey) {
                   "A/adapter_config.json: lora_dropout: expected a number in [0, 1), got 1.5");
   EXPECT_FT_ERROR(parse(R"({"peft_type": "LORA", "use_rslora": "yes", )" + targets + "}"),
                   "A/adapter_config.json: use_rslora: expected true or false, got \"yes\"");
+  // LoRA variants of PEFT 0.21 that loaded silently and computed something else (interop tests),
+  // or failed on the first check with a message that did not name them.
+  EXPECT_FT_ERROR(parse(R"({"peft_type": "LORA", "alora_invocation_tokens": [5, 6], )" + targets + "}"),
+                  "A/adapter_config.json: alora_invocation_tokens: expected null or empty, got an array (this LoRA "
+                  "variant is not supported");
+  EXPECT_FT_ERROR(parse(R"({"peft_type": "LORA", "layer_replication": [[1, 2], [0, 1]], )" + targets + "}"),
+                  "A/adapter_config.json: layer_replication: expected null or empty");
+  EXPECT_FT_ERROR(parse(R"({"peft_type": "LORA", "use_bdlora": {"nblocks": 2}, )" + targets + "}"),
+                  "A/adapter_config.json: use_bdlora: expected null or false");
+  EXPECT_FT_ERROR(parse(R"({"peft_type": "LORA", "target_modules": [], "target_parameters": ["mlp.experts.w"]})"),
+                  "A/adapter_config.json: target_parameters: expected null or empty");
   // What PEFT itself writes by default passes: empty patterns, null modules_to_save, extra keys.
   PeftAdapterConfig ok = parse(R"({"peft_type": "LORA", "rank_pattern": {}, "alpha_pattern": {},
       "modules_to_save": null, "layers_to_transform": null, "init_lora_weights": true, "revision": null,
-      "use_dora": false, "bias": "none", "fan_in_fan_out": false, "task_type": "CAUSAL_LM", )" + targets + "}");
+      "use_dora": false, "bias": "none", "fan_in_fan_out": false, "task_type": "CAUSAL_LM",
+      "alora_invocation_tokens": null, "layer_replication": null, "use_bdlora": null, "trainable_token_indices": null,
+      "arrow_config": null, )" + targets + "}");
   EXPECT_EQ(ok.target_modules.names, std::vector<std::string>{"q_proj"});
 }
 
