@@ -489,9 +489,11 @@ void Tokenizer::Impl::bpe(const std::string& normalized, std::vector<std::int64_
   }
 }
 
+std::string tokenizer_file(const std::string& model_dir) { return join_path(model_dir, "tokenizer.model"); }
+
 Tokenizer::Tokenizer(const std::string& path) : path_(path) {
   if (is_directory(path)) {
-    path_ = join_path(path, "tokenizer.model");
+    path_ = tokenizer_file(path);
     FT_CHECK(file_exists(path_), path, ": the model folder has no tokenizer.model (hint: ft reads "
              "sentencepiece tokenizers; a folder with only tokenizer.json is not supported)");
   }

@@ -13,6 +13,10 @@
 
 namespace ft::data {
 
+// The tokenizer file a model folder is read with: MODEL_DIR/tokenizer.model (what the Tokenizer
+// constructor opens for a folder, and what a run's input check looks for).
+std::string tokenizer_file(const std::string& model_dir);
+
 class Tokenizer {
  public:
   // `path` is a tokenizer.model file or a model folder that holds one.

@@ -388,7 +388,7 @@ std::unique_ptr<Communicator> make_gloo_communicator(const RankEnv& env, std::sh
     std::string error;
   };
   auto connect = std::make_shared<Connect>();
-  auto prefixed = c10::make_intrusive<c10d::PrefixStore>(store->impl().prefix + "ft/" + shared->name, store->impl().tcp);
+  auto prefixed = c10::make_intrusive<c10d::PrefixStore>(store->impl().key("ft/" + shared->name), store->impl().tcp);
   const int rank = env.rank;
   const int world = env.world_size;
   const auto start = Clock::now();

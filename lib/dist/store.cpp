@@ -191,31 +191,31 @@ std::shared_ptr<Store> Store::new_client() const {
   }
 
 void Store::set(const std::string& key, const std::string& value) {
-  FT_STORE_CALL("set " + key, impl_->tcp->set(impl_->prefix + key, bytes(value)));
+  FT_STORE_CALL("set " + key, impl_->tcp->set(impl_->key(key), bytes(value)));
 }
 
 std::string Store::get(const std::string& key) {
   std::vector<std::uint8_t> value;
-  FT_STORE_CALL("get " + key, value = impl_->tcp->get(impl_->prefix + key));
+  FT_STORE_CALL("get " + key, value = impl_->tcp->get(impl_->key(key)));
   return std::string(value.begin(), value.end());
 }
 
 std::int64_t Store::add(const std::string& key, std::int64_t delta) {
   std::int64_t value = 0;
-  FT_STORE_CALL("add " + key, value = impl_->tcp->add(impl_->prefix + key, delta));
+  FT_STORE_CALL("add " + key, value = impl_->tcp->add(impl_->key(key), delta));
   return value;
 }
 
 bool Store::check(const std::string& key) {
   bool present = false;
-  FT_STORE_CALL("check " + key, present = impl_->tcp->check({impl_->prefix + key}));
+  FT_STORE_CALL("check " + key, present = impl_->tcp->check({impl_->key(key)}));
   return present;
 }
 
 bool Store::wait_for(const std::vector<std::string>& keys, double timeout_s) {
   const auto deadline = std::chrono::steady_clock::now() + to_milliseconds(timeout_s);
   std::vector<std::string> prefixed;
-  for (const std::string& k : keys) prefixed.push_back(impl_->prefix + k);
+  for (const std::string& k : keys) prefixed.push_back(impl_->key(k));
   auto pause = std::chrono::milliseconds(1);
   while (true) {
     bool all = false;

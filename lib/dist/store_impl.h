@@ -25,6 +25,8 @@ struct Store::Impl {
   bool agent_store = false;  // torchrun's agent hosts it (RankEnv::agent_store)
   std::string prefix;        // RankEnv::store_prefix(), put before every key
   double timeout_s = 300;
+
+  std::string key(const std::string& name) const { return prefix + name; }
 };
 
 }  // namespace ft::dist

@@ -1,6 +1,7 @@
 // What each input of a run is expected to be, and one message for all that are missing.
 #include "train/run_inputs.h"
 
+#include "data/tokenizer.h"
 #include "io/weight_source.h"
 #include "util/error.h"
 #include "util/file_util.h"
@@ -27,7 +28,7 @@ std::vector<MissingInput> find_missing_inputs(const config::RunConfig& config, c
   } else {
     const std::string config_json = join_path(model, "config.json");
     if (!file_exists(config_json)) missing.push_back({"model.path", config_json, str("not there; expected ", kModelFolder)});
-    const std::string tokenizer = join_path(model, "tokenizer.model");
+    const std::string tokenizer = data::tokenizer_file(model);
     if (!file_exists(tokenizer)) {
       missing.push_back({"model.path", tokenizer, "not there: ft reads the model's sentencepiece tokenizer.model"});
     }

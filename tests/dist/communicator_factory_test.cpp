@@ -116,6 +116,15 @@ TEST(Rendezvous, WorldOfOneNeedsNoStore) {
 }
 
 // Each "rank" returns its store, so that rank 0's server outlives the other ranks' last calls.
+// Runs run(0) and run(1) at once, as two ranks would, and returns what each returned.
+template <typename F>
+auto on_two_ranks_at_once(F run) {
+  auto r0 = std::async(std::launch::async, run, 0);
+  auto r1 = std::async(std::launch::async, run, 1);
+  auto first = r0.get();
+  return std::make_pair(std::move(first), r1.get());
+}
+
 struct Outcome {
   std::shared_ptr<Store> store;
   std::string error;
@@ -150,11 +159,8 @@ TEST(Rendezvous, TorchrunAgentStoreServesEveryRestart) {
   auto agent = Store::connect(host, 10);
   for (int restart : {0, 1}) {
     SCOPED_TRACE(restart);
-    auto run = [&](int rank) { return outcome_of([&] { return rendezvous(agent_env(rank, restart), 10); }); };
-    auto r0 = std::async(std::launch::async, run, 0);
-    auto r1 = std::async(std::launch::async, run, 1);
-    const Outcome o0 = r0.get();
-    const Outcome o1 = r1.get();
+    const auto [o0, o1] = on_two_ranks_at_once(
+        [&](int rank) { return outcome_of([&] { return rendezvous(agent_env(rank, restart), 10); }); });
     EXPECT_EQ(o0.error, "");
     EXPECT_EQ(o1.error, "");
     ASSERT_TRUE(o0.store && o1.store);
@@ -174,17 +180,13 @@ TEST(Rendezvous, TorchrunAgentStoreServesEveryRestart) {
 TEST(Rendezvous, ThreadsMeetAndAgree) {
   const int port = free_port();
   const Json config = {{"train", {{"lr", 0.001}}}};
-  auto run = [&](int rank) {
+  const auto [o0, o1] = on_two_ranks_at_once([&](int rank) {
     return outcome_of([&] {
       auto store = rendezvous(env_of(rank, 2, port), 10);
       check_same_config(store, env_of(rank, 2, port), config, 10);
       return store;
     });
-  };
-  auto r0 = std::async(std::launch::async, run, 0);
-  auto r1 = std::async(std::launch::async, run, 1);
-  const Outcome o0 = r0.get();
-  const Outcome o1 = r1.get();
+  });
   EXPECT_EQ(o0.error, "");
   EXPECT_EQ(o1.error, "");
   ASSERT_TRUE(o0.store && o1.store);
@@ -202,12 +204,11 @@ TEST(Rendezvous, ConfigMismatchFailsEveryRankNamingTheKey) {
       check_same_config(stores[rank], env_of(rank, 2, port), config, 10);
     });
   };
-  auto r0 = std::async(std::launch::async, run, 0);
-  auto r1 = std::async(std::launch::async, run, 1);
-  EXPECT_EQ(r1.get(),
+  const auto [error0, error1] = on_two_ranks_at_once(run);
+  EXPECT_EQ(error1,
             "rank 1 runs a different config than rank 0 (every rank must run the same one): train.lr: 0.002 here, "
             "0.001 on rank 0. Start every rank with the same config file and the same --set overrides");
-  EXPECT_EQ(r0.get(),
+  EXPECT_EQ(error0,
             "rank 1 runs a different config than rank 0: train.lr: 0.002 on rank 1, 0.001 on rank 0. Every rank "
             "stops; start them all with the same config file and the same --set overrides");
 }
