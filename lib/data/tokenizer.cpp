@@ -509,17 +509,13 @@ std::vector<std::int64_t> Tokenizer::encode(const std::string& text, bool add_bo
                                             bool add_eos) const {
   FT_CHECK(text.size() < (1u << 29), path_, ": cannot encode a text of ", text.size(),
            " bytes at once (the limit is 512 MiB)");
-  FT_CHECK(!add_bos || impl_->bos_id >= 0, path_, ": the tokenizer has no BOS control piece '",
-           impl_->model.bos_piece, "' but encode was asked to add one");
-  FT_CHECK(!add_eos || impl_->eos_id >= 0, path_, ": the tokenizer has no EOS control piece '",
-           impl_->model.eos_piece, "' but encode was asked to add one");
   std::vector<std::int64_t> ids;
   ids.reserve(text.size() / 3 + 2);
-  if (add_bos) ids.push_back(impl_->bos_id);
+  if (add_bos && impl_->bos_id >= 0) ids.push_back(impl_->bos_id);
   std::string normalized;
   impl_->normalize(text, &normalized);
   impl_->bpe(normalized, &ids);
-  if (add_eos) ids.push_back(impl_->eos_id);
+  if (add_eos && impl_->eos_id >= 0) ids.push_back(impl_->eos_id);
   return ids;
 }
 
@@ -599,6 +595,13 @@ std::int64_t Tokenizer::bos_id() const { return impl_->bos_id; }
 std::int64_t Tokenizer::eos_id() const { return impl_->eos_id; }
 std::int64_t Tokenizer::unk_id() const { return impl_->unk_id; }
 std::int64_t Tokenizer::pad_id() const { return impl_->pad_id; }
+
+std::int64_t Tokenizer::special_token_id(const std::string& text) const {
+  const std::int32_t id = impl_->reserved.find(text.data(), text.size());
+  if (id < 0) return -1;
+  const PieceType type = impl_->types[id];
+  return type == PieceType::kControl || type == PieceType::kUnknown ? id : -1;
+}
 
 void check_token_ids(const std::int64_t* ids, std::size_t count, std::int64_t vocab_size,
                      const std::string& context) {

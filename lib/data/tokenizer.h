@@ -25,6 +25,7 @@ class Tokenizer {
   Tokenizer(const Tokenizer&) = delete;
   Tokenizer& operator=(const Tokenizer&) = delete;
 
+  // BOS / EOS are added when asked and the tokenizer has them (bos_id() / eos_id() >= 0).
   std::vector<std::int64_t> encode(const std::string& text, bool add_bos = true,
                                    bool add_eos = false) const;
   std::string decode(const std::vector<std::int64_t>& ids) const;
@@ -36,6 +37,14 @@ class Tokenizer {
   std::int64_t unk_id() const;
   std::int64_t pad_id() const;  // -1 when the model has none (LLaMA)
 
+  // "sentencepiece" (tokenizer.model) or "bpe" (Hugging Face tokenizer.json, byte-level BPE).
+  const std::string& kind() const { return kind_; }
+  // The id of the added/special token spelled exactly `text` ("<|eot_id|>", "<|im_end|>"; for
+  // sentencepiece the control pieces "<s>", "</s>" and the unknown piece "<unk>"), or -1 when the
+  // tokenizer has none. This is how special tokens enter a sequence: encode() never looks for
+  // them in text.
+  std::int64_t special_token_id(const std::string& text) const;
+
   const std::string& path() const { return path_; }  // the tokenizer.model file read
   // FNV-1a 64 of the tokenizer.model bytes, as 16 hex digits: identifies the tokenizer in
   // token files so that data tokenized by another tokenizer is refused.
@@ -44,6 +53,7 @@ class Tokenizer {
  private:
   std::string path_;
   std::string fingerprint_;
+  std::string kind_ = "sentencepiece";
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

@@ -172,6 +172,19 @@ TEST(Tokenizer, BosEosFlags) {
   EXPECT_EQ(tok.decode({0}), " \xE2\x81\x87 ");  // <unk> prints as " ⁇ "
 }
 
+TEST(Tokenizer, KindAndSpecialTokenIds) {
+  Tokenizer tok(llama2_path());
+  EXPECT_EQ(tok.kind(), "sentencepiece");
+  EXPECT_EQ(tok.special_token_id("<s>"), 1);
+  EXPECT_EQ(tok.special_token_id("</s>"), 2);
+  EXPECT_EQ(tok.special_token_id("<unk>"), 0);
+  EXPECT_EQ(tok.special_token_id("<0x0A>"), -1);  // a byte piece is not a special token
+  EXPECT_EQ(tok.special_token_id("\xE2\x96\x81the"), -1);
+  EXPECT_EQ(tok.special_token_id("<|eot_id|>"), -1);
+  EXPECT_EQ(tok.encode("<s>", false), tok.encode("<s>", false, false));  // text stays text
+  EXPECT_NE(tok.encode("<s>", false), (Ids{1}));
+}
+
 TEST(Tokenizer, IdToPieceAndRanges) {
   Tokenizer tok(llama2_path());
   EXPECT_EQ(tok.id_to_piece(0), "<unk>");
