@@ -1,5 +1,7 @@
 #include "io/hf_config.h"
 
+#include <algorithm>
+
 #include "io/dtype.h"
 #include "util/error.h"
 #include "util/file_util.h"
@@ -77,22 +79,83 @@ RopeScaling parse_rope_scaling(const Json& obj, const Reader& r, const std::stri
 
 }  // namespace
 
+const char* model_type_name(ModelType type) {
+  switch (type) {
+    case ModelType::kMistral: return "mistral";
+    case ModelType::kQwen2: return "qwen2";
+    default: return "llama";
+  }
+}
+
+const char* architecture_name(ModelType type) {
+  switch (type) {
+    case ModelType::kMistral: return "MistralForCausalLM";
+    case ModelType::kQwen2: return "Qwen2ForCausalLM";
+    default: return "LlamaForCausalLM";
+  }
+}
+
+namespace {
+
+ModelType parse_model_type(const Json& json, const Reader& r) {
+  if (!r.has("model_type")) return ModelType::kLlama;
+  const Json& v = json["model_type"];
+  for (ModelType t : {ModelType::kLlama, ModelType::kMistral, ModelType::kQwen2})
+    if (v.is_string() && v.get<std::string>() == model_type_name(t)) return t;
+  FT_CHECK(false, r.source(), ": model_type ", v.is_string() ? "\"" + v.get<std::string>() + "\"" : describe_json(v),
+           " is not supported (supported: llama, mistral, qwen2: LLaMA-family models)");
+  return ModelType::kLlama;
+}
+
+// The window size key: a positive integer, or null/absent (`fallback`, 0 = none).
+std::int64_t window_size(const Json& json, const Reader& r, std::int64_t fallback) {
+  if (!json.contains("sliding_window")) return fallback;
+  if (json["sliding_window"].is_null()) return 0;
+  return r.positive_int("sliding_window");
+}
+
+// Which layers use the window (transformers' semantics per model type; c.sliding_window > 0).
+std::vector<bool> sliding_layers(const Json& json, const Reader& r, const LlamaConfig& c) {
+  const auto n = static_cast<std::size_t>(c.num_hidden_layers);
+  if (c.model_type == ModelType::kMistral) return std::vector<bool>(n, true);  // MistralModel: one mask for all
+  std::vector<bool> out(n, false);
+  if (r.has("layer_types")) {
+    const Json& types = json["layer_types"];
+    FT_CHECK(types.is_array() && types.size() == n, r.source(), ": layer_types: expected a list of ", n,
+             " entries (num_hidden_layers), got ", describe_json(types));
+    for (std::size_t i = 0; i < n; ++i) {
+      FT_CHECK(types[i] == "full_attention" || types[i] == "sliding_attention", r.source(), ": layer_types[", i,
+               "]: expected \"full_attention\" or \"sliding_attention\", got ", describe_json(types[i]));
+      out[i] = types[i] == "sliding_attention";
+    }
+    return out;
+  }
+  const std::int64_t first = r.has("max_window_layers") ? r.positive_int("max_window_layers") : 28;
+  for (std::size_t i = 0; i < n; ++i) out[i] = static_cast<std::int64_t>(i) >= first;
+  return out;
+}
+
+}  // namespace
+
 LlamaConfig parse_llama_config(const Json& json, const std::string& source) {
   FT_CHECK(json.is_object(), source, ": expected a JSON object");
   Reader r(json, source);
-  if (r.has("model_type")) {
-    FT_CHECK(json["model_type"].is_string() && json["model_type"].get<std::string>() == "llama", source,
-             ": model_type is ", describe_json(json["model_type"]),
-             "; only LLaMA-family models (model_type \"llama\") are supported");
-  }
+  const ModelType type = parse_model_type(json, r);
   if (r.has("hidden_act"))
     FT_CHECK(json["hidden_act"] == "silu", source, ": hidden_act ", describe_json(json["hidden_act"]),
              " is not supported (LLaMA uses \"silu\")");
-  FT_CHECK(!r.boolean("attention_bias", false), source, ": attention_bias true is not supported");
-  FT_CHECK(!r.boolean("mlp_bias", false), source, ": mlp_bias true is not supported");
 
   LlamaConfig c;
   c.raw = json;
+  c.model_type = type;
+  // Biases and windows as each transformers model class reads them: LlamaAttention/LlamaMLP take
+  // attention_bias/mlp_bias; Qwen2Attention has q/k/v biases whatever the file says; Mistral none.
+  if (type == ModelType::kLlama) {
+    c.qkv_bias = c.o_bias = r.boolean("attention_bias", false);
+    FT_CHECK(!r.boolean("mlp_bias", false), source, ": mlp_bias true is not supported");
+  } else if (type == ModelType::kQwen2) {
+    c.qkv_bias = true;
+  }
   c.vocab_size = r.positive_int("vocab_size");
   c.hidden_size = r.positive_int("hidden_size");
   c.intermediate_size = r.positive_int("intermediate_size");
@@ -139,6 +202,18 @@ LlamaConfig parse_llama_config(const Json& json, const std::string& source) {
     FT_CHECK(id < c.vocab_size, source, ": eos_token_id ", id, " is not below vocab_size ", c.vocab_size);
   FT_CHECK(c.bos_token_id < c.vocab_size, source, ": bos_token_id ", c.bos_token_id,
            " is not below vocab_size ", c.vocab_size);
+  if (type == ModelType::kMistral) {
+    c.sliding_window = window_size(json, r, 4096);  // MistralConfig's default
+  } else if (type == ModelType::kQwen2 && r.boolean("use_sliding_window", false)) {
+    c.sliding_window = window_size(json, r, 4096);
+  }
+  if (c.sliding_window > 0) {
+    c.sliding_layers = sliding_layers(json, r, c);
+    if (std::find(c.sliding_layers.begin(), c.sliding_layers.end(), true) == c.sliding_layers.end()) {
+      c.sliding_window = 0;  // no layer uses it
+      c.sliding_layers.clear();
+    }
+  }
   const char* dtype_key = r.has("torch_dtype") ? "torch_dtype" : (r.has("dtype") ? "dtype" : nullptr);
   if (dtype_key != nullptr && json[dtype_key].is_string())
     c.torch_dtype = parse_float_dtype(json[dtype_key].get<std::string>(), source + ": " + dtype_key);
@@ -151,9 +226,20 @@ LlamaConfig load_llama_config(const std::string& path) {
   return parse_llama_config(parse_json_file(file, 16), file);
 }
 
+std::int64_t LlamaConfig::layer_window(std::int64_t layer) const {
+  if (sliding_window <= 0 || layer < 0 || layer >= static_cast<std::int64_t>(sliding_layers.size())) return 0;
+  return sliding_layers[static_cast<std::size_t>(layer)] ? sliding_window : 0;
+}
+
+std::int64_t LlamaConfig::layer_bias_parameters() const {
+  const std::int64_t q = num_attention_heads * head_dim, kv = num_key_value_heads * head_dim;
+  return (qkv_bias ? q + 2 * kv : 0) + (o_bias ? hidden_size : 0);
+}
+
 std::int64_t LlamaConfig::num_parameters() const {
   const std::int64_t h = hidden_size, q = num_attention_heads * head_dim, kv = num_key_value_heads * head_dim;
-  const std::int64_t per_layer = h * q + 2 * h * kv + q * h + 3 * h * intermediate_size + 2 * h;
+  const std::int64_t per_layer =
+      h * q + 2 * h * kv + q * h + 3 * h * intermediate_size + 2 * h + layer_bias_parameters();
   return vocab_size * h * (tie_word_embeddings ? 1 : 2) + num_hidden_layers * per_layer + h;
 }
 
@@ -173,8 +259,9 @@ Json LlamaConfig::to_json(std::optional<c10::ScalarType> dtype) const {
   if (eos_token_ids.size() == 1) out["eos_token_id"] = eos_token_ids[0];
   else out["eos_token_id"] = eos_token_ids;
   if (!out.contains("rope_parameters")) out["rope_theta"] = rope_theta;
-  if (!out.contains("model_type")) out["model_type"] = "llama";
-  if (!out.contains("architectures")) out["architectures"] = {"LlamaForCausalLM"};
+  if (!out.contains("model_type")) out["model_type"] = model_type_name(model_type);
+  if (!out.contains("architectures")) out["architectures"] = {architecture_name(model_type)};
+  if (model_type == ModelType::kLlama && o_bias) out["attention_bias"] = true;
   auto stored = dtype ? dtype : torch_dtype;
   if (stored) {
     out["torch_dtype"] = hf_dtype_name(*stored);

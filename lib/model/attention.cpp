@@ -33,10 +33,10 @@ AttentionImpl::AttentionImpl(const io::LlamaConfig& c, std::int64_t layer_index,
       num_heads_(c.num_attention_heads),
       num_kv_heads_(c.num_key_value_heads),
       head_dim_(c.head_dim) {
-  q_proj = register_module("q_proj", Linear(c.hidden_size, num_heads_ * head_dim_, options, quantize));
-  k_proj = register_module("k_proj", Linear(c.hidden_size, num_kv_heads_ * head_dim_, options, quantize));
-  v_proj = register_module("v_proj", Linear(c.hidden_size, num_kv_heads_ * head_dim_, options, quantize));
-  o_proj = register_module("o_proj", Linear(num_heads_ * head_dim_, c.hidden_size, options, quantize));
+  q_proj = register_module("q_proj", Linear(c.hidden_size, num_heads_ * head_dim_, options, quantize, c.qkv_bias));
+  k_proj = register_module("k_proj", Linear(c.hidden_size, num_kv_heads_ * head_dim_, options, quantize, c.qkv_bias));
+  v_proj = register_module("v_proj", Linear(c.hidden_size, num_kv_heads_ * head_dim_, options, quantize, c.qkv_bias));
+  o_proj = register_module("o_proj", Linear(num_heads_ * head_dim_, c.hidden_size, options, quantize, c.o_bias));
 }
 
 torch::Tensor repeat_kv(const torch::Tensor& x, std::int64_t groups) {
@@ -113,12 +113,14 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor
 }
 
 torch::Tensor make_attention_bias(std::int64_t num_queries, std::int64_t past, const torch::Tensor& segment_ids,
-                                  const torch::Device& device, c10::ScalarType dtype) {
+                                  const torch::Device& device, c10::ScalarType dtype, std::int64_t sliding_window) {
   const std::int64_t keys = past + num_queries;
   auto long_opts = torch::TensorOptions().dtype(torch::kLong).device(device);
   auto q_pos = torch::arange(past, keys, long_opts).unsqueeze(1);  // [T,1]
   auto k_pos = torch::arange(0, keys, long_opts).unsqueeze(0);     // [1,S]
-  auto allowed = (k_pos <= q_pos).unsqueeze(0);                     // [1,T,S]
+  auto allowed = k_pos <= q_pos;                                    // [T,S]
+  if (sliding_window > 0) allowed = allowed.logical_and(k_pos > q_pos - sliding_window);
+  allowed = allowed.unsqueeze(0);                                   // [1,T,S]
   if (segment_ids.defined()) {
     FT_ASSERT(past == 0, "segment ids are only used without a KV cache");
     auto seg = segment_ids.to(device);
@@ -132,15 +134,18 @@ torch::Tensor make_attention_bias(std::int64_t num_queries, std::int64_t past, c
 
 AttentionMask make_attention_mask(AttentionKernel kernel, std::int64_t num_queries, std::int64_t past,
                                   const torch::Tensor& segment_ids, c10::ScalarType dtype,
-                                  const torch::Device& device) {
+                                  const torch::Device& device, std::int64_t sliding_window) {
   AttentionMask mask;
   mask.kernel = kernel;
-  if (kernel == AttentionKernel::kSdpa && !segment_ids.defined() && (past == 0 || num_queries == 1)) {
+  // A window that every query's keys fit in hides nothing.
+  if (sliding_window >= past + num_queries) sliding_window = 0;
+  if (kernel == AttentionKernel::kSdpa && !segment_ids.defined() && sliding_window == 0 &&
+      (past == 0 || num_queries == 1)) {
     mask.causal = past == 0 && num_queries > 1;
     return mask;
   }
   mask.bias = make_attention_bias(num_queries, past, segment_ids, device,
-                                  kernel == AttentionKernel::kSdpa ? dtype : c10::ScalarType::Float);
+                                  kernel == AttentionKernel::kSdpa ? dtype : c10::ScalarType::Float, sliding_window);
   return mask;
 }
 

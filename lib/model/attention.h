@@ -1,7 +1,10 @@
 // LLaMA self-attention with grouped-query attention (each KV head serves num_heads/num_kv_heads
 // consecutive query heads, as HF's repeat_kv), rotary embedding and a mask that encodes
-// causality and packed-sample boundaries. Submodule names are HF's (q_proj, k_proj, v_proj,
-// o_proj), so parameters map to checkpoint keys directly.
+// causality, packed-sample boundaries and a sliding window (mistral; qwen2 with
+// use_sliding_window: query position p sees key positions (p - window, p], as transformers'
+// sliding_window_overlay). Submodule names are HF's (q_proj, k_proj, v_proj, o_proj), so
+// parameters map to checkpoint keys directly; q/k/v (and o) carry a "bias" where config.json says
+// (io/hf_config.h).
 //
 // Two kernels compute softmax(q·kᵀ/√hd + mask)·v:
 //   eager: the scores materialized per head (s² per head kept for backward), softmax in fp32:
@@ -45,11 +48,13 @@ struct AttentionMask {
 
 // The mask for T queries at cache positions [past, past + T). segment_ids [B,T] (optional, only
 // with past == 0) restricts attention to keys of the same segment (packing); a negative id marks
-// padding, which nothing attends to. Eager always gets a bias; sdpa gets one only when causality
-// alone does not describe it (segments, or several new queries over a cache).
+// padding, which nothing attends to. sliding_window > 0 also hides keys at or before
+// position - sliding_window (the same with a KV cache: the cache keeps every key, the mask hides
+// the old ones). Eager always gets a bias; sdpa gets one only when causality alone does not
+// describe it (segments, several new queries over a cache, or a window shorter than the keys).
 AttentionMask make_attention_mask(AttentionKernel kernel, std::int64_t num_queries, std::int64_t past,
                                   const torch::Tensor& segment_ids, c10::ScalarType dtype,
-                                  const torch::Device& device);
+                                  const torch::Device& device, std::int64_t sliding_window = 0);
 
 class AttentionImpl : public torch::nn::Module {
  public:
@@ -75,6 +80,7 @@ torch::Tensor repeat_kv(const torch::Tensor& x, std::int64_t groups);
 // 0 where attention is allowed, the lowest value of `dtype` elsewhere (see make_attention_mask).
 // Returns [B or 1, 1, T, S].
 torch::Tensor make_attention_bias(std::int64_t num_queries, std::int64_t past, const torch::Tensor& segment_ids,
-                                  const torch::Device& device, c10::ScalarType dtype = c10::ScalarType::Float);
+                                  const torch::Device& device, c10::ScalarType dtype = c10::ScalarType::Float,
+                                  std::int64_t sliding_window = 0);
 
 }  // namespace ft::model

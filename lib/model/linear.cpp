@@ -8,7 +8,7 @@
 namespace ft::model {
 
 LinearImpl::LinearImpl(std::int64_t in_features, std::int64_t out_features,
-                       const torch::TensorOptions& options, Quantization quantize)
+                       const torch::TensorOptions& options, Quantization quantize, bool with_bias)
     : in_features_(in_features), out_features_(out_features) {
   if (quantize == Quantization::kNone) {
     weight = register_parameter("weight", torch::empty({out_features, in_features}, options));
@@ -16,6 +16,7 @@ LinearImpl::LinearImpl(std::int64_t in_features, std::int64_t out_features,
     weight_quantized = register_module(
         "weight_quantized", QuantizedWeight(out_features, in_features, quantize, options.device()));
   }
+  if (with_bias) bias = register_parameter("bias", torch::empty({out_features}, options));
 }
 
 torch::Device LinearImpl::device() const {
@@ -52,7 +53,13 @@ void LinearImpl::dequantize_weight(c10::ScalarType dtype) {
 }
 
 torch::Tensor LinearImpl::forward(const torch::Tensor& x) {
-  auto y = is_quantized() ? quantized_linear(x, weight_quantized) : torch::nn::functional::linear(x, weight);
+  torch::Tensor y;
+  if (!is_quantized()) {
+    y = bias.defined() ? torch::nn::functional::linear(x, weight, bias) : torch::nn::functional::linear(x, weight);
+  } else {
+    y = quantized_linear(x, weight_quantized);
+    if (bias.defined()) y = y + bias.to(y.scalar_type());
+  }
   if (!lora_A) return y;  // full fine-tuning and plain inference: one branch-free check
   // PEFT casts the input to the adapter's dtype (fp32), adds the branch to the base output
   // (promoting to fp32) and casts the sum back once.

@@ -1,10 +1,12 @@
-// A bias-free linear layer y = x W^T with HF's parameter name ("weight", shape [out, in]), and
+// A linear layer y = x W^T (+ b) with HF's parameter names ("weight" [out, in], and "bias" [out]
+// when the layer has one: qwen2's q/k/v_proj, llama's with attention_bias), and
 // an optional LoRA branch with PEFT's names (children "lora_A" [r, in] and "lora_B" [out, r]).
 // Parameters are created uninitialized in the requested dtype/device (weights are loaded or
 // initialized explicitly), so building a 13B model never allocates an fp32 copy first.
 // A frozen base weight may instead be stored quantized (int8 or NF4, model/quantization.h): then
 // there is no "weight" parameter, only the child "weight_quantized", and forward dequantizes it
-// on the fly (model/quantized_linear.h).
+// on the fly (model/quantized_linear.h). The bias always stays a dense parameter in the model's
+// dtype: LoRA leaves it in the base (frozen), full fine-tuning trains it like any parameter.
 #pragma once
 
 #include <torch/nn/module.h>
@@ -18,10 +20,11 @@ namespace ft::model {
 
 class LinearImpl : public torch::nn::Module {
  public:
-  // With `quantize` int8/nf4: quantized storage on options' device instead of the weight.
+  // With `quantize` int8/nf4: quantized storage on options' device instead of the weight. With
+  // `with_bias`: a "bias" parameter [out] in options' dtype (also when quantized).
   LinearImpl(std::int64_t in_features, std::int64_t out_features, const torch::TensorOptions& options,
-             Quantization quantize = Quantization::kNone);
-  // x [..., in] -> [..., out]. With LoRA (PEFT's math): base(x) + lora_B(lora_A(dropout(x))) * scale,
+             Quantization quantize = Quantization::kNone, bool with_bias = false);
+  // x [..., in] -> [..., out] (+ bias). With LoRA (PEFT's math): base(x) + lora_B(lora_A(dropout(x))) * scale,
   // the branch in fp32 and the sum cast back to x's dtype; dropout only in training mode.
   torch::Tensor forward(const torch::Tensor& x);
 
@@ -50,7 +53,10 @@ class LinearImpl : public torch::nn::Module {
   double lora_scale() const { return lora_scale_; }
   double lora_dropout() const { return lora_dropout_; }
 
+  bool has_bias() const { return bias.defined(); }
+
   torch::Tensor weight;  // [out, in]; undefined when quantized
+  torch::Tensor bias;    // [out]; undefined when the layer has none
   QuantizedWeight weight_quantized{nullptr};
   // The LoRA branch, null when off: plain LinearImpl layers so that their parameter is "weight".
   std::shared_ptr<LinearImpl> lora_A, lora_B;

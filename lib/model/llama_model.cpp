@@ -2,6 +2,8 @@
 
 #include <torch/torch.h>
 
+#include <optional>
+
 #include "model/kv_cache.h"
 #include "util/error.h"
 
@@ -14,6 +16,7 @@ LlamaModelImpl::LlamaModelImpl(const io::LlamaConfig& c, const torch::TensorOpti
   for (std::int64_t i = 0; i < c.num_hidden_layers; ++i) {
     layers.push_back(DecoderLayer(c, i, options, quantize));
     layer_list->push_back(layers.back());
+    layer_windows_.push_back(c.layer_window(i));
   }
   norm = register_module("norm", RMSNorm(c.hidden_size, c.rms_norm_eps, options));
 }
@@ -27,12 +30,22 @@ torch::Tensor LlamaModelImpl::forward(const torch::Tensor& ids, const ForwardOpt
   if (!positions.defined())
     positions = torch::arange(past, past + t, ids.options().dtype(torch::kLong)).unsqueeze(0).expand({b, t});
   auto [cos, sin] = rotary_.cos_sin(positions, h.scalar_type());
-  const LayerInputs inputs{cos, sin,
-                           make_attention_mask(attention_kernel, t, past, options.segment_ids, h.scalar_type(), ids.device()),
-                           options.cache};
-  for (std::size_t i = 0; i < layers.size(); ++i)
-    h = options.layer_runner ? options.layer_runner(i, layers[i], h, inputs)
-                             : layers[i](h, cos, sin, inputs.mask, options.cache);
+  // One mask per window size in use (0: full causal attention; a model has at most one window),
+  // made when the first layer that needs it runs and shared by the others.
+  std::optional<LayerInputs> full, windowed;
+  auto inputs_for = [&](std::int64_t window) -> const LayerInputs& {
+    std::optional<LayerInputs>& slot = window > 0 ? windowed : full;
+    if (!slot)
+      slot = LayerInputs{cos, sin,
+                         make_attention_mask(attention_kernel, t, past, options.segment_ids, h.scalar_type(),
+                                             ids.device(), window),
+                         options.cache};
+    return *slot;
+  };
+  for (std::size_t i = 0; i < layers.size(); ++i) {
+    const LayerInputs& in = inputs_for(layer_windows_[i]);
+    h = options.layer_runner ? options.layer_runner(i, layers[i], h, in) : layers[i](h, cos, sin, in.mask, options.cache);
+  }
   if (options.cache != nullptr) options.cache->commit(t);
   return norm(h);
 }
@@ -79,9 +92,13 @@ void dequantize_projections(LlamaForCausalLM& model) {
 void init_weights(LlamaForCausalLM& model, std::uint64_t seed, double std) {
   torch::NoGradGuard no_grad;
   auto gen = at::detail::createCPUGenerator(seed);
-  for (auto& w : model->parameters()) {
-    if (w.dim() == 1) {
-      w.fill_(1.0);  // the only 1-D parameters of LLaMA are RMSNorm weights
+  for (auto& p : model->named_parameters()) {
+    auto& w = p.value();
+    const std::string& name = p.key();
+    if (name.size() > 5 && name.compare(name.size() - 5, 5, ".bias") == 0) {
+      w.zero_();  // projection biases (nn.Linear's bias under HF's _init_weights)
+    } else if (w.dim() == 1) {
+      w.fill_(1.0);  // RMSNorm weights
     } else {
       w.copy_(at::normal(0.0, std, w.sizes(), gen, torch::TensorOptions().dtype(torch::kFloat)));
     }

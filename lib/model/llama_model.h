@@ -1,7 +1,9 @@
-// The LLaMA causal language model with Hugging Face's module tree, so that named_parameters()
-// yields checkpoint keys as they are: model.embed_tokens.weight, model.layers.N.self_attn.q_proj.weight,
-// ..., model.norm.weight, lm_head.weight (absent when tie_word_embeddings: the head then
-// multiplies by the embedding table).
+// The LLaMA-family causal language model (llama, mistral, qwen2: io/hf_config.h) with Hugging
+// Face's module tree, so that named_parameters() yields checkpoint keys as they are:
+// model.embed_tokens.weight, model.layers.N.self_attn.q_proj.weight (and .bias where the model
+// type has one), ..., model.norm.weight, lm_head.weight (absent when tie_word_embeddings: the head
+// then multiplies by the embedding table). A model with sliding-window layers builds a second
+// mask per forward, for those layers.
 #pragma once
 
 #include <torch/nn/module.h>
@@ -27,7 +29,7 @@ class KvCache;
 // What a decoder layer needs besides its input, computed once per forward.
 struct LayerInputs {
   torch::Tensor cos, sin;  // rotary tables [B,T,hd]
-  AttentionMask mask;
+  AttentionMask mask;      // this layer's (full causal, or its sliding window)
   KvCache* cache = nullptr;
 };
 
@@ -62,6 +64,7 @@ class LlamaModelImpl : public torch::nn::Module {
 
  private:
   RotaryEmbedding rotary_;
+  std::vector<std::int64_t> layer_windows_;  // per layer: its sliding window, 0 = none
 };
 TORCH_MODULE(LlamaModel);
 
@@ -99,7 +102,8 @@ std::vector<NamedProjection> named_projections(LlamaForCausalLM& model);
 void dequantize_projections(LlamaForCausalLM& model);
 
 // Fills the weights as HF's LlamaPreTrainedModel._init_weights does (normal(0, std) for linear
-// and embedding weights, ones for norms), from a fixed seed, for benchmarks and tests.
+// and embedding weights, ones for norms, zeros for biases), from a fixed seed, for benchmarks and
+// tests.
 void init_weights(LlamaForCausalLM& model, std::uint64_t seed, double std = 0.02);
 
 }  // namespace ft::model

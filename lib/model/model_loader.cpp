@@ -71,6 +71,18 @@ void check_config_against_weights(const io::LlamaConfig& c, const io::WeightSour
   expect(q, 1, shape_of(q)[1], "hidden_size", c.hidden_size);
   expect(k, 0, shape_of(k)[0], "num_key_value_heads * head_dim", product(c.num_key_value_heads, c.head_dim));
   expect(gate, 0, shape_of(gate)[0], "intermediate_size", c.intermediate_size);
+  // Biases: the model type (and attention_bias) decide which projections have one; weights that
+  // say otherwise belong to another config.
+  const char* type = io::model_type_name(c.model_type);
+  for (const char* proj : {"q_proj", "k_proj", "v_proj", "o_proj"}) {
+    const std::string bias = "model.layers.0.self_attn." + std::string(proj) + ".bias";
+    const bool expected = std::string(proj) == "o_proj" ? c.o_bias : c.qkv_bias;
+    const std::string why = c.model_type == io::ModelType::kLlama
+                                ? str("attention_bias ", expected ? "true" : "false", " (model_type llama)")
+                                : str("model_type ", type, expected ? " has a bias on " : " has no bias on ", proj);
+    FT_CHECK(weights.contains(bias) == expected, config_file, ": ", why, " but ", weights.path(),
+             expected ? " has no tensor '" : " has a tensor '", bias, "'; is this the config of these weights?");
+  }
 }
 
 }  // namespace

@@ -32,7 +32,7 @@ std::vector<Projection> layer_projections(const io::LlamaConfig& m) {
 // The shapes everything else follows from.
 struct Shapes {
   std::int64_t layers, hidden, heads, kv_heads, head_dim, intermediate, vocab;
-  std::int64_t layer_params = 0;   // projections + 2 norms
+  std::int64_t layer_params = 0;   // projections + 2 norms + biases
   std::int64_t root_params = 0;    // embeddings, lm_head (untied), final norm
   std::int64_t params = 0;         // Ψ
   std::int64_t largest_matrix = 0;
@@ -53,7 +53,7 @@ Shapes shapes_of(const io::LlamaConfig& m) {
     s.layer_params += p.rows * p.cols;
     s.largest_matrix = std::max(s.largest_matrix, p.rows * p.cols);
   }
-  s.layer_params += 2 * s.hidden;
+  s.layer_params += 2 * s.hidden + m.layer_bias_parameters();  // norms, projection biases (qwen2)
   s.root_params = s.vocab * s.hidden * (m.tie_word_embeddings ? 1 : 2) + s.hidden;
   s.params = m.num_parameters();
   return s;
@@ -196,7 +196,8 @@ MemoryBreakdown memory_for(const config::RunConfig& run, const io::LlamaConfig& 
   const std::int64_t d = static_cast<std::int64_t>(c10::elementSize(io::parse_float_dtype(run.train.precision, "train.precision")));
   AttentionShape attention;
   attention.sdpa = kernel == model::AttentionKernel::kSdpa;
-  attention.masked = !attention.sdpa || run.data.packing;
+  // A sliding window shorter than the sequence needs a mask too (model/attention.h).
+  attention.masked = !attention.sdpa || run.data.packing || (model.sliding_window > 0 && model.sliding_window < seq_len);
   attention.mask_dtype_bytes = attention.sdpa ? d : 4;
   const bool mixed = d < 4;
   const std::int64_t w = std::max<std::int64_t>(gpus, 1);
@@ -216,7 +217,7 @@ MemoryBreakdown memory_for(const config::RunConfig& run, const io::LlamaConfig& 
     // The frozen base, in the compute dtype or quantized, on every rank.
     std::int64_t base = s.params * d;
     if (l.quantize != model::Quantization::kNone) {
-      base = s.root_params * d + s.layers * 2 * s.hidden * d;
+      base = s.root_params * d + s.layers * (2 * s.hidden + model.layer_bias_parameters()) * d;  // norms, biases
       for (const auto& p : s.projections) base += s.layers * model::quantized_bytes(p.rows, p.cols, l.quantize);
       m.gathered += s.largest_matrix * (4 + d);  // one matrix dequantized (fp32 values, then d)
     }

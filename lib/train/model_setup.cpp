@@ -19,9 +19,16 @@ c10::ScalarType compute_dtype(const config::RunConfig& c) {
   return io::parse_float_dtype(c.train.precision, "train.precision");
 }
 
+void check_vocab_size(const io::LlamaConfig& model, const data::Tokenizer& tokenizer, const std::string& config_file) {
+  FT_CHECK(tokenizer.vocab_size() <= model.vocab_size, config_file, ": vocab_size ", model.vocab_size,
+           " is smaller than the tokenizer's ", tokenizer.vocab_size(), " ids (", tokenizer.path(),
+           "); the embedding has no row for the ids from ", model.vocab_size, " on");
+}
+
 TrainableModel build_trainable_model(const config::RunConfig& c, const data::Tokenizer& tokenizer,
                                      c10::Device device) {
   TrainableModel tm;
+  check_vocab_size(io::load_llama_config(c.model.path), tokenizer, join_path(c.model.path, "config.json"));
   model::LoadOptions load;
   load.dtype = compute_dtype(c);
   model::check_compute_dtype(*load.dtype, device, "train.precision");
@@ -34,8 +41,6 @@ TrainableModel build_trainable_model(const config::RunConfig& c, const data::Tok
   tm.model = model::load_llama(c.model.path, load, tm.quantization ? &*tm.quantization : nullptr);
   if (tm.quantization) log::info("base quantized to ", tm.quantization->summary());
   tm.model->model->attention_kernel = model::parse_attention_kernel(c.model.attention, "model.attention");
-  FT_CHECK(tokenizer.vocab_size() <= tm.model->config().vocab_size, tokenizer.path(), " has ", tokenizer.vocab_size(),
-           " pieces but the model's vocab_size is ", tm.model->config().vocab_size);
   if (c.lora) {
     if (!c.lora->init_from.empty()) {
       tm.lora = model::load_adapter(tm.model, c.lora->init_from);

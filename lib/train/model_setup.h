@@ -1,7 +1,8 @@
 // The model a run trains: the base loaded in the compute dtype (train.precision), then either
 // LoRA on the configured projections (base frozen; a fresh adapter or lora.init_from) or every
 // parameter trainable (full fine-tune); and what the run leaves behind: RUN_DIR/adapter in PEFT's
-// layout, or RUN_DIR/model as a Hugging Face folder.
+// layout, or RUN_DIR/model as a Hugging Face folder. Before anything loads, the tokenizer's ids
+// must fit config.json's vocab_size (check_vocab_size).
 #pragma once
 
 #include <optional>
@@ -26,6 +27,11 @@ struct TrainableModel {
 };
 
 c10::ScalarType compute_dtype(const config::RunConfig& config);
+
+// Throws ft::Error when the tokenizer has ids the model has no embedding row for (its vocab_size()
+// is larger than config.json's vocab_size): "MODEL/config.json: vocab_size N is smaller than the
+// tokenizer's M ids (FILE) ...". build_trainable_model checks it before loading the weights.
+void check_vocab_size(const io::LlamaConfig& model, const data::Tokenizer& tokenizer, const std::string& config_file);
 
 // The model in the compute dtype on `device` (with parallel.strategy fsdp: on the host, for the
 // strategy to shard onto the device), LoRA applied or every parameter trainable; with

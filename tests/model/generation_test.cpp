@@ -1,8 +1,11 @@
-// Generation: the KV cache gives the same tokens as recomputing the whole sequence each step,
-// sampling is seeded, and the top-k / top-p filters behave as HF's warpers.
+// Generation: the KV cache gives the same tokens as recomputing the whole sequence each step
+// (also with a sliding window, which the cache path applies through its mask), sampling is
+// seeded, and the top-k / top-p filters behave as HF's warpers.
 #include <gtest/gtest.h>
 
+#include "model/attention.h"
 #include "model/generation.h"
+#include "model/kv_cache.h"
 #include "model/model_loader.h"
 #include "model/sampler.h"
 #include "test_support.h"
@@ -31,6 +34,54 @@ TEST(Generation, KvCacheEqualsFullRecomputation) {
     EXPECT_EQ(cached, recomputed);
     EXPECT_EQ(cached.size(), 60u);
   }
+}
+
+// stories260K's weights as a mistral model with a window of 6: position p sees (p - 6, p].
+LlamaForCausalLM windowed(std::int64_t window) {
+  io::LlamaConfig config = stories()->config();
+  config.model_type = io::ModelType::kMistral;
+  config.sliding_window = window;
+  config.sliding_layers.assign(static_cast<std::size_t>(config.num_hidden_layers), true);
+  LlamaForCausalLM model(config, torch::TensorOptions().dtype(torch::kFloat));
+  torch::NoGradGuard no_grad;
+  auto source = stories()->named_parameters();
+  for (auto& p : model->named_parameters()) p.value().copy_(source[p.key()]);
+  model->eval();
+  return model;
+}
+
+TEST(Generation, SlidingWindowWithAndWithoutTheKvCache) {
+  torch::set_num_threads(1);
+  torch::NoGradGuard no_grad;
+  auto ids = torch::tensor({1, 403, 407, 261, 378, 12, 99, 41, 305, 17, 230, 8, 77, 401, 2, 3, 55, 190, 66, 7})
+                 .unsqueeze(0);
+  const std::int64_t t = ids.size(1), window = 6;
+  auto model = windowed(window);
+  std::vector<AttentionKernel> kernels{AttentionKernel::kEager};
+  if (sdpa_available()) kernels.push_back(AttentionKernel::kSdpa);
+  for (AttentionKernel kernel : kernels) {
+    SCOPED_TRACE(attention_kernel_name(kernel));
+    model->model->attention_kernel = kernel;
+    stories()->model->attention_kernel = kernel;
+    auto full = model(ids);
+    auto plain = stories()(ids);
+    // Up to the window every query sees all its keys: the plain model's logits; after it, not.
+    EXPECT_LT(test::max_abs_diff(full.narrow(1, 0, window), plain.narrow(1, 0, window)), 1e-5);
+    EXPECT_GT(test::max_abs_diff(full.narrow(1, window, t - window), plain.narrow(1, window, t - window)), 1e-2);
+    // With the cache: a 5-token prompt, then one token at a time, then a chunk of 4.
+    KvCache cache(model->config(), 1, t, torch::TensorOptions().dtype(torch::kFloat));
+    ForwardOptions options;
+    options.cache = &cache;
+    std::vector<torch::Tensor> pieces;
+    std::int64_t at = 0;
+    for (std::int64_t n : {5, 1, 1, 1, 1, 1, 1, 4, 1, 1, 1, 1, 1}) {
+      pieces.push_back(model(ids.narrow(1, at, n), options));
+      at += n;
+    }
+    ASSERT_EQ(at, t);
+    EXPECT_LT(test::max_abs_diff(torch::cat(pieces, 1), full), 1e-4);  // logits up to ~20: fp32 rounding
+  }
+  stories()->model->attention_kernel = parse_attention_kernel("auto", "test");
 }
 
 TEST(Generation, SeededSamplingIsReproducible) {

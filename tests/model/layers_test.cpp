@@ -156,6 +156,33 @@ TEST(AttentionBias, CausalSegmentsAndPadding) {
   EXPECT_EQ(bf16[0][1].item<double>(), static_cast<double>(std::numeric_limits<c10::BFloat16>::lowest()));
 }
 
+TEST(AttentionBias, SlidingWindow) {
+  // Window 2: query p sees keys p-1 and p (transformers: kv_idx > q_idx - sliding_window).
+  auto allowed = make_attention_bias(4, 0, torch::Tensor(), torch::kCPU, torch::kFloat, 2).squeeze().eq(0);
+  EXPECT_TRUE(torch::equal(allowed, torch::tensor({1, 0, 0, 0, 1, 1, 0, 0, 0, 1, 1, 0, 0, 0, 1, 1})
+                                        .to(torch::kBool).reshape({4, 4})))
+      << allowed;
+  // Over a cache of 3: the new queries at positions 3 and 4 see (1, 3] and (2, 4].
+  auto cached = make_attention_bias(2, 3, torch::Tensor(), torch::kCPU, torch::kFloat, 2).squeeze().eq(0);
+  EXPECT_TRUE(torch::equal(cached, torch::tensor({0, 0, 1, 1, 0, 0, 0, 0, 1, 1}).to(torch::kBool).reshape({2, 5})));
+  // With segments: both restrictions.
+  auto seg = make_attention_bias(4, 0, torch::tensor({{0, 0, 0, 1}}), torch::kCPU, torch::kFloat, 2).squeeze().eq(0);
+  EXPECT_TRUE(torch::equal(seg, torch::tensor({1, 0, 0, 0, 1, 1, 0, 0, 0, 1, 1, 0, 0, 0, 0, 1}).to(torch::kBool).reshape({4, 4})));
+  // A window covering every key changes nothing: eager gets the plain causal bias.
+  auto wide = make_attention_mask(AttentionKernel::kEager, 4, 0, torch::Tensor(), torch::kFloat, torch::kCPU, 4);
+  EXPECT_TRUE(torch::equal(wide.bias, make_attention_bias(4, 0, torch::Tensor(), torch::kCPU)));
+  if (!sdpa_available()) return;
+  // sdpa: plain causal (no tensor) while the window covers the keys, a bias once it does not.
+  EXPECT_FALSE(make_attention_mask(AttentionKernel::kSdpa, 4, 0, torch::Tensor(), torch::kFloat, torch::kCPU, 4).bias.defined());
+  EXPECT_FALSE(make_attention_mask(AttentionKernel::kSdpa, 1, 3, torch::Tensor(), torch::kFloat, torch::kCPU, 4).bias.defined());
+  const auto narrow = make_attention_mask(AttentionKernel::kSdpa, 4, 0, torch::Tensor(), torch::kFloat, torch::kCPU, 3);
+  ASSERT_TRUE(narrow.bias.defined());
+  EXPECT_FALSE(narrow.causal);
+  const auto decode = make_attention_mask(AttentionKernel::kSdpa, 1, 4, torch::Tensor(), torch::kFloat, torch::kCPU, 4);
+  ASSERT_TRUE(decode.bias.defined());
+  EXPECT_EQ(decode.bias.squeeze().eq(0).sum().item<std::int64_t>(), 4);
+}
+
 TEST(AttentionMask, SdpaGetsATensorOnlyWhenCausalityDoesNotSayItAll) {
   const auto none = torch::Tensor();
   if (!sdpa_available()) {

@@ -53,6 +53,25 @@ TEST(MemoryPlan, FullFineTuneModelStateIsTheZeroFormulas) {
   EXPECT_FALSE(row(plan, "ddp").fits);
 }
 
+// Qwen2.5-7B's config.json (qwen2: q/k/v biases): the planner's Ψ counts the biases, as
+// transformers' count (7,615,616,512) does, and the ZeRO formulas follow from it.
+TEST(MemoryPlan, Qwen2BiasesAreCounted) {
+  const auto run = shipped("llama7b_zero2.json", "meta-llama/Llama-2-7b-hf", {"parallel.offload_optimizer=false"});
+  const io::LlamaConfig model = io::parse_llama_config(
+      parse_json(R"({"model_type": "qwen2", "vocab_size": 152064, "hidden_size": 3584, "intermediate_size": 18944,
+                     "num_hidden_layers": 28, "num_attention_heads": 28, "num_key_value_heads": 4,
+                     "tie_word_embeddings": false, "use_sliding_window": false, "sliding_window": 131072,
+                     "max_window_layers": 28, "bos_token_id": 151643, "eos_token_id": 151645})", "qwen2.5-7b"),
+      "Qwen2.5-7B/config.json");
+  PlanOptions o;
+  o.gpus = 8;
+  const MemoryPlan plan = plan_memory(run, model, o);
+  const std::int64_t psi = 7615616512;
+  EXPECT_EQ(plan.parameters, psi);
+  EXPECT_EQ(row(plan, "ddp").at_micro_batch.model_state(), 16 * psi);
+  EXPECT_EQ(row(plan, "fsdp").at_micro_batch.model_state(), 16 * psi / 8);
+}
+
 TEST(MemoryPlan, OffloadMovesTheOptimizerToTheHost) {
   const auto run = shipped("llama7b_zero2.json", "meta-llama/Llama-2-7b-hf");
   PlanOptions o;

@@ -260,6 +260,24 @@ TEST(Trainer, DynamicLossScalingChangesNothingInFp32AndGrowsTheScale) {
   EXPECT_EQ(losses(read_metrics(c.path())), losses(read_metrics(a.path())));
 }
 
+// A config.json whose vocab_size is below the tokenizer's ids is refused before any training
+// (the embedding would have no row for the larger ids).
+TEST(Trainer, VocabSizeSmallerThanTheTokenizerIsRefusedBeforeTraining) {
+  test::TempDir dir;
+  const std::string model = dir.file("model");
+  std::filesystem::create_directories(model);
+  for (const char* file : {"model.safetensors", "tokenizer.model"})
+    std::filesystem::copy_file(test::data_path(std::string("stories260K/") + file), join_path(model, file));
+  Json config = parse_json_file(test::data_path("stories260K/config.json"));
+  config["vocab_size"] = 300;
+  write_file_atomic(join_path(model, "config.json"), config.dump(2));
+  Json run = tiny(dir.file("run"));
+  run["model"]["path"] = model;
+  EXPECT_FT_ERROR(train(run), model + "/config.json: vocab_size 300 is smaller than the tokenizer's 512 ids (" + model +
+                                  "/tokenizer.model)");
+  EXPECT_FALSE(file_exists(dir.file("run/metrics.jsonl")));
+}
+
 TEST(Trainer, GlobalBatchThatDoesNotDivideIsAnError) {
   test::TempDir dir;
   EXPECT_FT_ERROR(train(tiny(dir.path()), {"train.global_batch_size=7", "train.micro_batch_size=2"}),
