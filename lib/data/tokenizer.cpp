@@ -11,6 +11,7 @@
 #include <unordered_map>
 #include <utility>
 
+#include "data/bpe_tokenizer.h"
 #include "data/sentencepiece_model.h"
 #include "util/error.h"
 #include "util/file_util.h"
@@ -489,16 +490,34 @@ void Tokenizer::Impl::bpe(const std::string& normalized, std::vector<std::int64_
   }
 }
 
-std::string tokenizer_file(const std::string& model_dir) { return join_path(model_dir, "tokenizer.model"); }
+std::string tokenizer_file(const std::string& model_dir) {
+  const std::string json = join_path(model_dir, "tokenizer.json");
+  const std::string model = join_path(model_dir, "tokenizer.model");
+  if (!file_exists(json)) return model;
+  if (file_exists(model) && is_sentencepiece_conversion(json, read_file(json))) return model;
+  return json;
+}
 
 Tokenizer::Tokenizer(const std::string& path) : path_(path) {
   if (is_directory(path)) {
     path_ = tokenizer_file(path);
-    FT_CHECK(file_exists(path_), path, ": the model folder has no tokenizer.model (hint: ft reads "
-             "sentencepiece tokenizers; a folder with only tokenizer.json is not supported)");
+    FT_CHECK(file_exists(path_), path, ": the model folder has no tokenizer.json or tokenizer.model (hint: ft reads "
+             "Hugging Face byte-level BPE tokenizer.json files and sentencepiece tokenizer.model files)");
   }
   FT_CHECK(file_exists(path_), path_, ": tokenizer file not found");
   const std::string bytes = read_file(path_);
+  const bool json = path_.size() >= 5 && path_.compare(path_.size() - 5, 5, ".json") == 0;
+  if (json) {
+    kind_ = "bpe";
+    bpe_ = std::make_unique<BpeTokenizer>(path_, bytes);
+    std::uint64_t h = fnv1a64(bytes.data(), bytes.size());
+    if (!bpe_->eos_token().empty()) {
+      const std::string eos = "\neos_token=" + bpe_->eos_token();
+      h = fnv1a64(eos.data(), eos.size(), h);
+    }
+    fingerprint_ = to_hex(h);
+    return;
+  }
   fingerprint_ = to_hex(fnv1a64(bytes.data(), bytes.size()));
   impl_ = std::make_unique<Impl>(parse_sentencepiece_model(bytes, path_), path_);
 }
@@ -511,6 +530,12 @@ std::vector<std::int64_t> Tokenizer::encode(const std::string& text, bool add_bo
            " bytes at once (the limit is 512 MiB)");
   std::vector<std::int64_t> ids;
   ids.reserve(text.size() / 3 + 2);
+  if (bpe_) {
+    if (add_bos && bpe_->bos_id() >= 0) ids.push_back(bpe_->bos_id());
+    bpe_->encode(text, &ids);
+    if (add_eos && bpe_->eos_id() >= 0) ids.push_back(bpe_->eos_id());
+    return ids;
+  }
   if (add_bos && impl_->bos_id >= 0) ids.push_back(impl_->bos_id);
   std::string normalized;
   impl_->normalize(text, &normalized);
@@ -523,6 +548,7 @@ std::vector<std::int64_t> Tokenizer::encode(const std::string& text, bool add_bo
 // runs of byte pieces are reassembled into UTF-8 (malformed bytes -> U+FFFD each), U+2581 ->
 // ' ', and the space of the dummy prefix is dropped from the first piece that carries it.
 std::string Tokenizer::decode(const std::vector<std::int64_t>& ids) const {
+  if (bpe_) return bpe_->decode(ids);
   const Impl& m = *impl_;
   const auto vocab = static_cast<std::int64_t>(m.types.size());
   std::string text;
@@ -584,19 +610,23 @@ std::string Tokenizer::decode(const std::vector<std::int64_t>& ids) const {
 }
 
 std::string Tokenizer::id_to_piece(std::int64_t id) const {
+  if (bpe_) return bpe_->id_to_piece(id);
   const auto vocab = static_cast<std::int64_t>(impl_->types.size());
   FT_CHECK(id >= 0 && id < vocab, path_, ": token id ", id, " is outside the vocabulary [0, ",
            vocab, ")");
   return impl_->model.pieces[id].piece;
 }
 
-std::int64_t Tokenizer::vocab_size() const { return static_cast<std::int64_t>(impl_->types.size()); }
-std::int64_t Tokenizer::bos_id() const { return impl_->bos_id; }
-std::int64_t Tokenizer::eos_id() const { return impl_->eos_id; }
-std::int64_t Tokenizer::unk_id() const { return impl_->unk_id; }
-std::int64_t Tokenizer::pad_id() const { return impl_->pad_id; }
+std::int64_t Tokenizer::vocab_size() const {
+  return bpe_ ? bpe_->vocab_size() : static_cast<std::int64_t>(impl_->types.size());
+}
+std::int64_t Tokenizer::bos_id() const { return bpe_ ? bpe_->bos_id() : impl_->bos_id; }
+std::int64_t Tokenizer::eos_id() const { return bpe_ ? bpe_->eos_id() : impl_->eos_id; }
+std::int64_t Tokenizer::unk_id() const { return bpe_ ? -1 : impl_->unk_id; }
+std::int64_t Tokenizer::pad_id() const { return bpe_ ? -1 : impl_->pad_id; }
 
 std::int64_t Tokenizer::special_token_id(const std::string& text) const {
+  if (bpe_) return bpe_->special_token_id(text);
   const std::int32_t id = impl_->reserved.find(text.data(), text.size());
   if (id < 0) return -1;
   const PieceType type = impl_->types[id];

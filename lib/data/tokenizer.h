@@ -1,9 +1,12 @@
-// A sentencepiece BPE tokenizer (tokenizer.model) with Hugging Face LlamaTokenizer's conventions:
-// encode adds BOS (and EOS only when asked), decode drops BOS/EOS/control pieces. Text is never
-// scanned for "<s>"-style special-token strings: special tokens enter sequences as ids.
+// The tokenizer of a model folder: a sentencepiece BPE tokenizer (tokenizer.model) with Hugging
+// Face LlamaTokenizer's conventions, or a Hugging Face byte-level BPE tokenizer.json (Llama 3,
+// Qwen2; bpe_tokenizer.h). encode adds BOS (and EOS only when asked) when the tokenizer has them;
+// decode drops BOS/EOS/control pieces and special tokens. Text is never scanned for "<s>"- or
+// "<|eot_id|>"-style special-token strings: special tokens enter sequences as ids
+// (special_token_id).
 // ft reads tokenizer.model itself instead of linking Debian's libsentencepiece, which embeds and
 // exports protobuf 3.14 and crashes at start-up in any process that also loads LibTorch
-// (protobuf 3.21); tests check every encoding against the real sentencepiece.
+// (protobuf 3.21); tests check every encoding against the real sentencepiece and `tokenizers`.
 #pragma once
 
 #include <cstdint>
@@ -13,13 +16,19 @@
 
 namespace ft::data {
 
-// The tokenizer file a model folder is read with: MODEL_DIR/tokenizer.model (what the Tokenizer
-// constructor opens for a folder, and what a run's input check looks for).
+// The tokenizer file a model folder is read with (what the Tokenizer constructor opens for a
+// folder, and what a run's input check looks for): MODEL_DIR/tokenizer.json when present, else
+// MODEL_DIR/tokenizer.model. One exception, decided deliberately: Llama-2 and Mistral folders ship
+// both a sentencepiece model converted to tokenizer.json (model.byte_fallback true, a Metaspace
+// or Prepend("\u2581") step) and the tokenizer.model it came from; there ft reads tokenizer.model,
+// exactly that model, instead of refusing the conversion.
 std::string tokenizer_file(const std::string& model_dir);
+
+class BpeTokenizer;
 
 class Tokenizer {
  public:
-  // `path` is a tokenizer.model file or a model folder that holds one.
+  // `path` is a tokenizer.model or tokenizer.json file, or a model folder (tokenizer_file).
   explicit Tokenizer(const std::string& path);
   ~Tokenizer();
   Tokenizer(const Tokenizer&) = delete;
@@ -45,9 +54,10 @@ class Tokenizer {
   // them in text.
   std::int64_t special_token_id(const std::string& text) const;
 
-  const std::string& path() const { return path_; }  // the tokenizer.model file read
-  // FNV-1a 64 of the tokenizer.model bytes, as 16 hex digits: identifies the tokenizer in
-  // token files so that data tokenized by another tokenizer is refused.
+  const std::string& path() const { return path_; }  // the tokenizer.model / tokenizer.json read
+  // FNV-1a 64 of the tokenizer file's bytes, as 16 hex digits (for tokenizer.json continued over
+  // "\neos_token=" and tokenizer_config.json's eos_token, when it names one): identifies the
+  // tokenizer in token files so that data tokenized by another tokenizer is refused.
   const std::string& fingerprint() const { return fingerprint_; }
 
  private:
@@ -55,7 +65,8 @@ class Tokenizer {
   std::string fingerprint_;
   std::string kind_ = "sentencepiece";
   struct Impl;
-  std::unique_ptr<Impl> impl_;
+  std::unique_ptr<Impl> impl_;       // sentencepiece
+  std::unique_ptr<BpeTokenizer> bpe_;  // tokenizer.json
 };
 
 // Throws ft::Error when any id is < 0 or >= vocab_size, naming `context` (a file, a record),

@@ -341,7 +341,7 @@ TEST(SentencePieceModel, RepeatedSubMessagesMerge) {
 TEST(SentencePieceModel, MissingFileOrFolder) {
   test::TempDir dir;
   EXPECT_FT_ERROR(Tokenizer{dir.file("nope.model")}, dir.file("nope.model") + ": tokenizer file not found");
-  EXPECT_FT_ERROR(Tokenizer{dir.path()}, dir.path() + ": the model folder has no tokenizer.model");
+  EXPECT_FT_ERROR(Tokenizer{dir.path()}, dir.path() + ": the model folder has no tokenizer.json or tokenizer.model");
 }
 
 TEST(SentencePieceModel, TruncatedModelsThrowNeverCrash) {
