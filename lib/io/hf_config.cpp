@@ -251,7 +251,9 @@ Json LlamaConfig::to_json(std::optional<c10::ScalarType> dtype) const {
   out["num_hidden_layers"] = num_hidden_layers;
   out["num_attention_heads"] = num_attention_heads;
   out["num_key_value_heads"] = num_key_value_heads;
-  out["head_dim"] = head_dim;
+  // head_dim as the file had it: a file without one (qwen2's) keeps the derived default implicit.
+  const bool implied_head_dim = hidden_size % num_attention_heads == 0 && head_dim == hidden_size / num_attention_heads;
+  if (!implied_head_dim || (out.contains("head_dim") && !out["head_dim"].is_null())) out["head_dim"] = head_dim;
   out["max_position_embeddings"] = max_position_embeddings;
   out["rms_norm_eps"] = rms_norm_eps;
   out["tie_word_embeddings"] = tie_word_embeddings;

@@ -157,13 +157,16 @@ def randomize_llama_(model, seed):
     """Gives every weight a scale that keeps activations O(1) (HF's init, std 0.02, leaves logits
     near 0 and attention near uniform, which would hide errors in RoPE, masking or the head):
     matrices N(0, 1/fan_in), embeddings N(0, 1) (N(0, 1/hidden) when they are also the tied head,
-    as an untied head is, so logits stay a few units), RMSNorm weights 1 + N(0, 0.2^2)."""
+    as an untied head is, so logits stay a few units), RMSNorm weights 1 + N(0, 0.2^2), projection
+    biases (qwen2, llama with attention_bias) N(0, 0.5^2)."""
     torch = init_torch()
     g = torch.Generator().manual_seed(seed)
     tied = model.config.tie_word_embeddings
     with torch.no_grad():
         for name, p in model.named_parameters():
-            if p.dim() == 1:
+            if name.endswith(".bias"):
+                p.copy_(0.5 * torch.randn(p.shape, generator=g))
+            elif p.dim() == 1:
                 p.copy_(1 + 0.2 * torch.randn(p.shape, generator=g))
             elif "embed_tokens" in name:
                 p.copy_(torch.randn(p.shape, generator=g) * (p.shape[1] ** -0.5 if tied else 1.0))
@@ -171,14 +174,21 @@ def randomize_llama_(model, seed):
                 p.copy_(torch.randn(p.shape, generator=g) * p.shape[1] ** -0.5)
 
 
+# transformers' config and model classes of each model type ft reads (io/hf_config.h).
+MODEL_CLASSES = {"llama": ("LlamaConfig", "LlamaForCausalLM"), "mistral": ("MistralConfig", "MistralForCausalLM"),
+                 "qwen2": ("Qwen2Config", "Qwen2ForCausalLM")}
+
+
 def make_random_llama(out_dir, seed, *, hidden=32, layers=2, heads=4, kv_heads=2, intermediate=64, vocab=512,
                       tie=False, rope_scaling=None, rope_theta=10000.0, head_dim=None, max_positions=256,
-                      rms_norm_eps=1e-5, dtype="float32"):
-    """A random LlamaForCausalLM made and saved by transformers (model.safetensors, config.json as
+                      rms_norm_eps=1e-5, dtype="float32", model_type="llama", extra=None):
+    """A random LLaMA-family model (model_type llama, mistral or qwen2; `extra`: more config
+    fields, e.g. sliding_window) made and saved by transformers (model.safetensors, config.json as
     this transformers writes it: rope_parameters), with stories260K's tokenizer.model copied in
     (ft wants one; vocab 512 fits it). Returns the folder."""
     torch = init_torch()
-    from transformers import LlamaConfig, LlamaForCausalLM
+    import transformers
+    config_class, model_class = (getattr(transformers, n) for n in MODEL_CLASSES[model_type])
     kwargs = dict(vocab_size=vocab, hidden_size=hidden, intermediate_size=intermediate, num_hidden_layers=layers,
                   num_attention_heads=heads, num_key_value_heads=kv_heads, max_position_embeddings=max_positions,
                   tie_word_embeddings=tie, rms_norm_eps=rms_norm_eps, rope_theta=rope_theta,
@@ -187,15 +197,19 @@ def make_random_llama(out_dir, seed, *, hidden=32, layers=2, heads=4, kv_heads=2
         kwargs["rope_scaling"] = dict(rope_scaling)
     if head_dim is not None:
         kwargs["head_dim"] = head_dim
-    config = LlamaConfig(**kwargs)
+    kwargs.update(extra or {})
+    config = config_class(**kwargs)
     torch.manual_seed(seed)
-    model = LlamaForCausalLM(config)
+    model = model_class(config)
     randomize_llama_(model, seed)
     model.to(getattr(torch, dtype))
     # transformers 5 always writes safetensors (save_pretrained has no safe_serialization any more).
     model.save_pretrained(out_dir)
     if not os.path.exists(os.path.join(out_dir, "model.safetensors")):
         raise AssertionError(f"{out_dir}: transformers wrote no model.safetensors: {os.listdir(out_dir)}")
+    saved_type = read_json(os.path.join(out_dir, "config.json")).get("model_type")
+    if saved_type != model_type:
+        raise AssertionError(f"{out_dir}: transformers wrote model_type {saved_type!r}, not {model_type!r}")
     shutil.copy(STORIES_TOKENIZER, os.path.join(out_dir, "tokenizer.model"))
     return out_dir
 

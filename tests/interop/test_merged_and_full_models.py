@@ -4,10 +4,12 @@
   save_pretrained tensor by tensor, transformers loads OUT (AutoModelForCausalLM, no missing or
   unexpected keys, the base's config) and its logits equal PEFT's merged model's. Cases: an
   ft_train all-linear adapter on stories260K; a PEFT-saved rsLoRA adapter on a random untied model
-  with llama3 RoPE; a PEFT-saved adapter on a random tied model stored in bf16.
+  with llama3 RoPE; a PEFT-saved adapter on a random tied model stored in bf16; a PEFT-saved
+  adapter on a random qwen2 model (its q/k/v biases carried over unchanged).
 - FullFineTune: the model/ folder of a 2-rank full fine-tune (zero2 on stories260K; fsdp with
-  activation checkpointing on a random untied llama3-RoPE model), loaded by transformers, gives
-  ft_logits' logits on the same folder.
+  activation checkpointing on a random untied llama3-RoPE model; zero2 and fsdp on a random qwen2
+  model, whose biases must train and be written under their HF names; fsdp on a random mistral
+  model with a sliding window), loaded by transformers, gives ft_logits' logits on the same folder.
 """
 import filecmp
 import os
@@ -29,7 +31,7 @@ BF16_EPS = 2.0 ** -7
 LLAMA3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
           "original_max_position_embeddings": 64}
 # config.json keys that describe the model (what ft_merge / ft_train must carry over).
-MODEL_KEYS = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+MODEL_KEYS = ("model_type", "architectures", "sliding_window", "use_sliding_window", "layer_types", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
               "head_dim", "vocab_size", "rms_norm_eps", "rope_theta", "rope_scaling", "rope_parameters",
               "tie_word_embeddings", "max_position_embeddings", "bos_token_id", "eos_token_id", "hidden_act")
 
@@ -156,6 +158,12 @@ class Merge(unittest.TestCase):
                                        target_modules="all-linear")
         self.merge_and_compare("peft_bf16_base", base, adapter, "bfloat16")
 
+    def test_peft_adapter_on_qwen2(self):
+        base = ic.make_random_llama(self.dir.file("base_qwen2"), 43, model_type="qwen2")
+        adapter = ic.make_peft_adapter(base, self.dir.file("adapter_qwen2"), 44, r=4, lora_alpha=8,
+                                       target_modules="all-linear")
+        self.merge_and_compare("peft_qwen2", base, adapter, "float32")
+
 
 class FullFineTune(unittest.TestCase):
     """RUN_DIR/model/ after full fine-tunes on 2 ranks (ft_launch), 3 steps at lr 1e-3."""
@@ -201,6 +209,17 @@ class FullFineTune(unittest.TestCase):
         base = ic.make_random_llama(self.dir.file("base_untied"), 51, tie=False, rope_scaling=LLAMA3,
                                     rope_theta=500000.0)
         self.check_run("fsdp_untied_llama3", base, "fsdp", extra_train={"activation_checkpointing": True})
+
+    def test_qwen2_biases_train_and_save(self):
+        base = ic.make_random_llama(self.dir.file("base_qwen2"), 52, model_type="qwen2")
+        for strategy in ("zero2", "fsdp"):
+            with self.subTest(strategy=strategy):
+                self.check_run(f"{strategy}_qwen2", base, strategy)
+
+    def test_fsdp_mistral_window(self):
+        base = ic.make_random_llama(self.dir.file("base_mistral"), 53, model_type="mistral",
+                                    extra={"sliding_window": 8})
+        self.check_run("fsdp_mistral_window_8", base, "fsdp", extra_train={"activation_checkpointing": True})
 
 
 if __name__ == "__main__":

@@ -9,6 +9,9 @@
   them with PEFT's logits.
 - PeftFeaturesFtCannotUse: what PEFT saves that ft cannot apply is refused (non-zero exit) by an
   error that names the field.
+- ModelTypeAdapters: ft_train LoRA adapters on random mistral (sliding window 8, shorter than the
+  24-token rows) and qwen2 (non-zero q/k/v biases, frozen in the base) models load in PEFT with
+  ft's logits; and a PEFT-saved adapter on each loads in ft with PEFT's.
 """
 import os
 import unittest
@@ -185,6 +188,54 @@ class PeftSavedAdapters(unittest.TestCase):
     def test_rslora(self):
         self.check("rslora_float32", 6, "float32", 4 / 8 ** 0.5, r=8, lora_alpha=4, use_rslora=True,
                    target_modules=["q_proj", "v_proj", "down_proj"])
+
+
+class ModelTypeAdapters(unittest.TestCase):
+    """mistral and qwen2 bases made by transformers (2 layers, GQA), adapters both ways."""
+
+    BASES = {"mistral": (61, dict(model_type="mistral", extra={"sliding_window": 8})),
+             "qwen2": (62, dict(model_type="qwen2"))}
+
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = ic.class_temp_dir(cls, "peft_types")
+        cls.dataset = ic.write_small_dataset(cls.dir.file("small.jsonl"))
+        cls.bases = {}
+
+    @classmethod
+    def base(cls, model_type):
+        if model_type not in cls.bases:
+            seed, kwargs = cls.BASES[model_type]
+            cls.bases[model_type] = ic.make_random_llama(cls.dir.file("base_" + model_type), seed, **kwargs)
+        return cls.bases[model_type]
+
+    def ft_trained(self, model_type):
+        base = self.base(model_type)
+        run = self.dir.file("run_" + model_type)
+        lora = {"r": 4, "alpha": 8, "dropout": 0.0, "target_modules": "all-linear"}
+        ic.run_train(ic.train_config(run, self.dataset, model=base, lora=lora), self.dir.file(model_type + ".json"))
+        adapter = os.path.join(run, "adapter")
+        self.assertEqual(len(ic.adapter_tensors(adapter)), 2 * 7 * 2, "all-linear: 7 projections x 2 layers x A, B")
+        self.assertFalse([k for k in ic.adapter_tensors(adapter) if k.endswith(".bias")], "biases stay in the base")
+        check_adapter(self, f"ft_train {model_type}", adapter, base_dir=base, expected_scaling=8 / 4)
+
+    def peft_saved(self, model_type):
+        base = self.base(model_type)
+        path = ic.make_peft_adapter(base, self.dir.file("peft_" + model_type), 63, r=4, lora_alpha=8,
+                                    target_modules=["q_proj", "k_proj", "v_proj", "down_proj"])
+        check_adapter(self, f"PEFT-saved {model_type}", path, base_dir=base, expected_scaling=8 / 4)
+
+    def test_mistral_ft_trained(self):
+        self.ft_trained("mistral")
+
+    def test_qwen2_ft_trained(self):
+        self.ft_trained("qwen2")
+
+    def test_mistral_peft_saved(self):
+        self.peft_saved("mistral")
+
+    def test_qwen2_peft_saved(self):
+        self.peft_saved("qwen2")
 
 
 class PeftFeaturesFtCannotUse(unittest.TestCase):

@@ -3,7 +3,10 @@ give the same logits on the same model folder: random small models that transfor
 and saves (GQA, MQA, MHA, tied and untied heads, a head_dim that is not hidden/heads, rope_scaling
 linear and llama3 — written the way transformers 5 writes them, in rope_parameters, and the way
 transformers 4 did, rope_scaling + rope_theta at the top level), a packed batch, and the bundled
-stories260K.
+stories260K. Model types (ModelTypes): LLaMA-3.x style (llama3 RoPE, theta 500000, tied, GQA),
+llama with attention_bias, MistralForCausalLM with a sliding window shorter than the batch,
+Qwen2ForCausalLM with random non-zero q/k/v biases, and qwen2 with use_sliding_window on its last
+layer; each also checks that what it adds (window, biases) changes the logits.
 
 fp32: max |dlogits| <= 1e-5 (interop_common.check_fp32: or twice transformers' own fp32 rounding
 error, measured against transformers in fp64, where that is larger: only stories260K, whose logits
@@ -39,6 +42,19 @@ CASES = {
     "rope_llama3": dict(heads=4, kv_heads=2, rope_scaling=LLAMA3, rope_theta=500000.0, tie=True),
 }
 SEQ = 24
+# Model types other than plain llama: (seed, make_random_llama arguments). Their own seeds, so that
+# the cases above keep theirs.
+TYPE_CASES = {
+    "llama3_tied_gqa": (2001, dict(heads=4, kv_heads=2, tie=True, rope_scaling=LLAMA3, rope_theta=500000.0,
+                                   extra={"eos_token_id": [2, 3]})),
+    "llama_attention_bias": (2002, dict(heads=4, kv_heads=2, extra={"attention_bias": True})),
+    "mistral_window_8": (2003, dict(heads=4, kv_heads=2, model_type="mistral", extra={"sliding_window": 8})),
+    "qwen2_biases": (2004, dict(heads=4, kv_heads=2, model_type="qwen2")),
+    "qwen2_tied_biases": (2005, dict(heads=4, kv_heads=1, tie=True, model_type="qwen2")),
+    "qwen2_window_last_layer": (2006, dict(heads=4, kv_heads=2, model_type="qwen2",
+                                           extra={"use_sliding_window": True, "sliding_window": 8,
+                                                  "max_window_layers": 1})),
+}
 
 
 def setUpModule():
@@ -56,8 +72,11 @@ _models = {}
 
 def random_model(case):
     if case not in _models:
-        seed = 1000 + sorted(CASES).index(case)
-        _models[case] = ic.make_random_llama(TMP.file(case), seed, **CASES[case])
+        if case in TYPE_CASES:
+            seed, kwargs = TYPE_CASES[case]
+        else:
+            seed, kwargs = 1000 + sorted(CASES).index(case), CASES[case]
+        _models[case] = ic.make_random_llama(TMP.file(case), seed, **kwargs)
     return _models[case]
 
 
@@ -157,6 +176,100 @@ class RandomModels(unittest.TestCase):
         """ft's sdpa kernel (LibTorch 2.x only; a 1.13 build refuses it, and the test says so)."""
         ids, pos = batch()
         for case in ("gqa_untied", "rope_llama3"):
+            model_dir = random_model(case)
+            ft = ic.ft_logits(TMP.path, model_dir, ids, position_ids=pos, attention="sdpa", expect_ok=False)
+            if not isinstance(ft, torch.Tensor):
+                if ic.sdpa_unavailable(ft):
+                    self.skipTest("this ft build's LibTorch has no sdpa: " + ft.stderr.strip().splitlines()[-1])
+                self.fail(f"ft_logits --attention sdpa failed:\n{ft.stderr}")
+            ref = ic.hf_logits(ic.load_hf(model_dir), ids, pos)
+            ref64 = ic.hf_logits(ic.load_hf(model_dir, "float64"), ids, pos)
+            ic.check_fp32(self, f"{case} fp32 sdpa", ft, ref, ref64)
+
+
+def edited_copy(case, suffix, edit):
+    """A copy of the case's model folder with config.json (dict) and the tensors (dict) edited."""
+    from safetensors.torch import save_file
+    src = random_model(case)
+    dst = TMP.file(case + suffix)
+    if not os.path.exists(dst):
+        shutil.copytree(src, dst)
+        config = ic.read_json(os.path.join(dst, "config.json"))
+        tensors = ic.safetensors_dict(os.path.join(dst, "model.safetensors"))
+        edit(config, tensors)
+        ic.write_json(os.path.join(dst, "config.json"), config)
+        save_file(tensors, os.path.join(dst, "model.safetensors"), metadata={"format": "pt"})
+    return dst
+
+
+class ModelTypes(unittest.TestCase):
+    """llama 3.x, mistral, qwen2: fp32 (eager, auto), bf16, as RandomModels; and what each type adds
+    (a window, biases) matters: transformers without it gives other logits."""
+
+    check = RandomModels.check
+
+    def must_differ(self, case, what, other_dir, ft, ids, pos):
+        d = ic.max_abs_diff(ic.hf_logits(ic.load_hf(other_dir), ids, pos), ft)
+        ic.report(f"{case} ft vs transformers {what} (must be large)", "logits", d)
+        self.assertGreater(d, 1000 * ic.FP32_TOL, f"{case}: {what} changes nothing here; the test cannot see it")
+
+    def test_llama3_tied_gqa(self):
+        case = "llama3_tied_gqa"
+        self.check(case)
+        config = ic.read_json(os.path.join(random_model(case), "config.json"))
+        self.assertEqual((config["model_type"], config["tie_word_embeddings"], config["rope_parameters"]["rope_type"]),
+                         ("llama", True, "llama3"))
+
+    def test_llama_attention_bias(self):
+        case = "llama_attention_bias"
+        model_dir, ids, pos, ft = self.check(case)
+
+        def no_bias(config, tensors):
+            config["attention_bias"] = False
+            for name in [n for n in tensors if n.endswith(".bias")]:
+                del tensors[name]
+        self.must_differ(case, "without the biases", edited_copy(case, "_no_bias", no_bias), ft, ids, pos)
+
+    def test_mistral_sliding_window(self):
+        case = "mistral_window_8"
+        model_dir, ids, pos, ft = self.check(case)
+        self.assertEqual(ic.read_json(os.path.join(model_dir, "config.json"))["sliding_window"], 8)
+
+        def no_window(config, tensors):
+            config["sliding_window"] = None
+        self.must_differ(case, "without the window", edited_copy(case, "_no_window", no_window), ft, ids, pos)
+
+    def test_qwen2_biases(self):
+        for case in ("qwen2_biases", "qwen2_tied_biases"):
+            with self.subTest(case=case):
+                model_dir, ids, pos, ft = self.check(case)
+                tensors = ic.safetensors_dict(os.path.join(model_dir, "model.safetensors"))
+                biases = sorted(n for n in tensors if n.endswith(".bias"))
+                self.assertEqual(len(biases), 6, biases)  # q, k, v in 2 layers; o_proj has none
+                self.assertTrue(all(float(tensors[n].abs().max()) > 0.1 for n in biases))
+
+                def zero_biases(config, tensors):
+                    for name in tensors:
+                        if name.endswith(".bias"):
+                            tensors[name] = torch.zeros_like(tensors[name])
+                self.must_differ(case, "with zero biases", edited_copy(case, "_zero_bias", zero_biases), ft, ids, pos)
+
+    def test_qwen2_sliding_window_on_some_layers(self):
+        case = "qwen2_window_last_layer"
+        model_dir, ids, pos, ft = self.check(case)
+        config = ic.read_json(os.path.join(model_dir, "config.json"))
+        self.assertEqual(config["layer_types"], ["full_attention", "sliding_attention"])
+
+        def no_window(config, tensors):
+            config["use_sliding_window"] = False
+            config["sliding_window"] = None
+            config["layer_types"] = ["full_attention", "full_attention"]
+        self.must_differ(case, "without the window", edited_copy(case, "_no_window", no_window), ft, ids, pos)
+
+    def test_sdpa_kernel(self):
+        """The window and the biases with ft's sdpa kernel (LibTorch 2.x only)."""
+        ids, pos = batch()
+        for case in ("mistral_window_8", "qwen2_biases", "qwen2_window_last_layer"):
             model_dir = random_model(case)
             ft = ic.ft_logits(TMP.path, model_dir, ids, position_ids=pos, attention="sdpa", expect_ok=False)
             if not isinstance(ft, torch.Tensor):

@@ -191,6 +191,9 @@ TEST(HfConfig, Qwen2) {
   Json out = t.to_json();
   EXPECT_EQ(out["model_type"], "qwen2");
   EXPECT_FALSE(out.contains("attention_bias") && out["attention_bias"] == true);
+  EXPECT_FALSE(out.contains("head_dim"));  // as the file had it: implied by hidden_size / heads
+  j["head_dim"] = 16;
+  EXPECT_EQ(parse_llama_config(j, "c.json").to_json()["head_dim"], 16);
 }
 
 TEST(HfConfig, ToJsonKeepsUnknownKeys) {
