@@ -47,6 +47,7 @@ ft::Json to_json(const ft::plan::MemoryPlan& plan) {
                             {"host_batches", m.host_batches},
                             {"activations_checkpointed", m.activations_checkpointed},
                             {"activations_full", m.activations_full},
+                            {"logits", m.logits},
                             {"overhead", m.overhead}}}});
   }
   return {{"parameters", plan.parameters},        {"lora_parameters", plan.lora_parameters},
@@ -75,6 +76,10 @@ void print_table(const ft::plan::MemoryPlan& plan, const ft::config::RunConfig& 
                 gb(m.weights), gb(m.gradients), gb(m.optimizer), gb(m.comm_buckets), gb(m.gathered), gb(m.activations),
                 gb(other), gb(m.overhead), gb(m.total()), p.fits ? "yes" : "no", (long long)p.micro_batch,
                 (long long)p.grad_accum);
+    std::printf("%-12s of the activations, output head and loss: %.2f GB (%s)\n", "", gb(m.logits),
+                run.train.loss_chunk_tokens > 0
+                    ? ("chunks of " + std::to_string(run.train.loss_chunk_tokens) + " target tokens").c_str()
+                    : "full logits, train.loss_chunk_tokens 0");
     if (m.host_optimizer > 0) std::printf("%-12s host memory per rank for the offloaded optimizer: %.2f GB\n", "", gb(m.host_optimizer));
     if (!p.note.empty()) std::printf("%-12s note: %s\n", "", p.note.c_str());
   }

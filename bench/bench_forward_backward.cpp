@@ -7,6 +7,8 @@
 //   bench_forward_backward --layers 4 --hidden 256 --seq 128 --threads 1
 //   bench_forward_backward --device cuda --dtype bf16 --layers 16 --hidden 2048 --heads 16 --kv-heads 16
 //     --intermediate 5632 --batch 8 --seq 2048            (~1B parameters on a GPU, one command)
+//   bench_forward_backward --layers 2 --hidden 256 --heads 4 --kv-heads 4 --intermediate 688 --vocab 128256
+//     --batch 1 --seq 2048 --steps 1 --loss-chunk 0     (Llama 3's vocabulary: full logits; 1024 = chunked)
 #include <cxxopts.hpp>
 
 #include <cstdio>
@@ -21,6 +23,7 @@
 #include "model/causal_lm_loss.h"
 #include "model/llama_model.h"
 #include "train/memory_tracker.h"
+#include "train/metrics_log.h"
 #include "util/cpu_threads.h"
 #include "util/error.h"
 #include "util/timer.h"
@@ -43,6 +46,8 @@ int run(int argc, char** argv) {
       ("device", "cpu or cuda", cxxopts::value<std::string>()->default_value("cpu"))
       ("attention", "auto | sdpa | eager", cxxopts::value<std::string>()->default_value("auto"))
       ("threads", "CPU threads (default: all cores)", cxxopts::value<int>())
+      ("loss-chunk", "target tokens per chunk of the head + cross-entropy (train.loss_chunk_tokens); 0 = full logits",
+       cxxopts::value<std::int64_t>()->default_value("1024"))
       ("h,help", "show this help");
   auto args = options.parse(argc, argv);
   if (args.count("help")) {
@@ -64,6 +69,7 @@ int run(int argc, char** argv) {
   const std::int64_t batch = args["batch"].as<std::int64_t>(), seq = args["seq"].as<std::int64_t>();
   c.max_position_embeddings = seq;
   const int steps = args["steps"].as<int>();
+  const std::int64_t loss_chunk = args["loss-chunk"].as<std::int64_t>();
 
   const c10::Device device(args["device"].as<std::string>());
   FT_CHECK(device.is_cpu() || torch::cuda::is_available(), "--device ", device.str(), ": no CUDA device is visible");
@@ -83,7 +89,7 @@ int run(int argc, char** argv) {
     if (device.is_cuda()) torch::cuda::synchronize();
   };
   auto step = [&] {
-    auto loss = ft::model::causal_lm_loss(model(ids), ids);
+    auto loss = ft::model::model_loss(model, ids, ids, {}, loss_chunk);
     (loss.sum / static_cast<double>(loss.tokens)).backward();
   };
   step();  // warm up: first-touch allocations, kernel selection
@@ -113,8 +119,10 @@ int run(int argc, char** argv) {
   std::printf("forward+backward:         %8.1f tokens/s, %.3f s/step\n", tokens_per_s, seconds / steps);
   std::printf("achieved:                 %8.1f GFLOP/s (%.2f GFLOP/token) = %.0f%% of the matmul peak\n",
               gflops, flops_per_token / 1e9, 100.0 * gflops / peak);
-  std::printf("peak memory of a step:    %8.2f GB (%s)\n", memory.peak_bytes() / 1e9,
-              device.is_cpu() ? "counted CPU allocations" : "CUDA caching allocator");
+  std::printf("peak memory of a step:    %8.2f GB (%s), loss chunk %lld tokens%s\n", memory.peak_bytes() / 1e9,
+              device.is_cpu() ? "counted CPU allocations" : "CUDA caching allocator", (long long)loss_chunk,
+              loss_chunk > 0 ? "" : " (full logits)");
+  std::printf("peak RSS of the process:  %8.2f GB\n", ft::train::peak_rss_bytes() / 1e9);
   return 0;
 }
 

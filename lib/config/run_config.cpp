@@ -108,6 +108,9 @@ Schema make_schema() {
       ranged(key("train.loss_scale_growth_interval", kInt, Json(2000), "good steps before the loss scale doubles"), 1,
              std::nullopt),
       key("train.activation_checkpointing", kBool, Json(false), "recompute each decoder layer in backward"),
+      ranged(key("train.loss_chunk_tokens", kInt, Json(1024),
+                 "target tokens per chunk of the output head and cross-entropy; 0 = full logits"),
+             0, std::nullopt),
       choice("train.on_nonfinite", {"stop", "skip"}, "stop", "a NaN/Inf loss or gradient stops the run or skips the step"),
       key("train.skip_spikes", kBool, Json(false),
           "skip a step whose loss or gradient norm is spike_sigma standard deviations above the last spike_window steps' mean"),
@@ -203,6 +206,7 @@ RunConfig parse_run_config(Json config, const std::string& source, const std::ve
   c.train.loss_scale_init = t["loss_scale_init"];
   c.train.loss_scale_growth_interval = t["loss_scale_growth_interval"];
   c.train.activation_checkpointing = t["activation_checkpointing"];
+  c.train.loss_chunk_tokens = t["loss_chunk_tokens"];
   c.train.on_nonfinite = t["on_nonfinite"];
   c.train.skip_spikes = t["skip_spikes"];
   c.train.spike_window = t["spike_window"];

@@ -2,8 +2,10 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <limits>
 
+#include "model/llama_model.h"
 #include "util/error.h"
 
 namespace ft::model {
@@ -25,6 +27,106 @@ LossSum causal_lm_loss(const at::Tensor& logits, const at::Tensor& labels) {
       torch::nn::functional::CrossEntropyFuncOptions().ignore_index(kIgnoreIndex).reduction(torch::kSum));
   out.tokens = (shifted_labels != kIgnoreIndex).sum().item<std::int64_t>();
   return out;
+}
+
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+// fp32 logits [n,V] of the rows `h` [n,H]: the product in the weight's dtype, as linear() gives
+// the unchunked path, then converted (the same tensor when already fp32).
+at::Tensor chunk_logits(const at::Tensor& h, const at::Tensor& weight) {
+  return at::mm(h, weight.t()).to(at::kFloat);
+}
+
+// Sum over rows of -log softmax(x)[target], x = h · weightᵀ, chunk by chunk (see the header).
+struct ChunkedHeadLoss : torch::autograd::Function<ChunkedHeadLoss> {
+  // h [N,H] and weight [V,H] in one dtype; targets [N] int64 in [0, V).
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& h, const at::Tensor& weight,
+                            const at::Tensor& targets, std::int64_t chunk) {
+    const std::int64_t n = h.size(0);
+    at::Tensor lse = at::empty({n}, h.options().dtype(at::kFloat));
+    at::Tensor losses = at::empty({n}, h.options().dtype(at::kFloat));
+    for (std::int64_t start = 0; start < n; start += chunk) {
+      const std::int64_t rows = std::min(chunk, n - start);
+      at::Tensor x = chunk_logits(h.narrow(0, start, rows), weight);
+      const at::Tensor target_logit = x.gather(1, targets.narrow(0, start, rows).unsqueeze(1)).squeeze(1);
+      // log-sum-exp in place (no second [rows,V] buffer): max + log(sum(exp(x - max))), as log_softmax.
+      const at::Tensor row_max = std::get<0>(x.max(1, /*keepdim=*/true));
+      x.sub_(row_max).exp_();
+      at::Tensor l = lse.narrow(0, start, rows);
+      at::sum_out(l, x, {1});
+      x = at::Tensor();
+      l.log_().add_(row_max.squeeze(1));
+      at::Tensor row_losses = losses.narrow(0, start, rows);
+      at::sub_out(row_losses, l, target_logit);
+    }
+    ctx->save_for_backward({h, weight, targets, lse});
+    ctx->saved_data["chunk"] = chunk;
+    return losses.sum();  // one sum over all rows, as cross_entropy's reduction
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
+    const variable_list saved = ctx->get_saved_variables();
+    const at::Tensor &h = saved[0], &weight = saved[1], &targets = saved[2], &lse = saved[3];
+    const std::int64_t chunk = ctx->saved_data["chunk"].toInt();
+    const at::Tensor g = grad_outputs[0].to(at::kFloat);
+    const bool need_h = ctx->needs_input_grad(0), need_w = ctx->needs_input_grad(1);
+    at::Tensor grad_h = need_h ? at::empty_like(h) : at::Tensor();
+    at::Tensor grad_w = need_w ? at::zeros_like(weight) : at::Tensor();
+    const std::int64_t n = h.size(0);
+    if (need_h || need_w)
+      for (std::int64_t start = 0; start < n; start += chunk) {
+        const std::int64_t rows = std::min(chunk, n - start);
+        const at::Tensor hc = h.narrow(0, start, rows);
+        at::Tensor x = chunk_logits(hc, weight);
+        // d loss / d logits = g · (softmax - one_hot(target)), in fp32, then in the weight's dtype
+        // (what the unchunked path's backward of .to(kFloat) hands to linear's backward).
+        x.sub_(lse.narrow(0, start, rows).unsqueeze(1)).exp_();
+        const at::Tensor index = targets.narrow(0, start, rows).unsqueeze(1);
+        x.scatter_(1, index, x.gather(1, index) - 1);
+        x.mul_(g);
+        const at::Tensor dx = x.to(weight.scalar_type());
+        x = at::Tensor();
+        if (need_h) {
+          at::Tensor out = grad_h.narrow(0, start, rows);
+          at::mm_out(out, dx, weight);
+        }
+        if (need_w) grad_w.addmm_(dx.t(), hc);
+      }
+    return {grad_h, grad_w, at::Tensor(), at::Tensor()};
+  }
+};
+
+}  // namespace
+
+LossSum chunked_causal_lm_loss(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& labels,
+                               std::int64_t chunk_tokens) {
+  FT_CHECK(chunk_tokens > 0, "chunked_causal_lm_loss: chunk_tokens must be positive, got ", chunk_tokens);
+  FT_CHECK(hidden.dim() == 3 && labels.dim() == 2 && hidden.size(0) == labels.size(0) &&
+               hidden.size(1) == labels.size(1) && weight.dim() == 2 && weight.size(1) == hidden.size(2),
+           "chunked_causal_lm_loss: hidden ", hidden.sizes(), ", weight ", weight.sizes(), " and labels ",
+           labels.sizes(), " do not match");
+  const std::int64_t b = hidden.size(0), t = hidden.size(1);
+  // Position (row, p) predicts labels[row, p + 1]: select the positions whose next label is a
+  // target, as indices into the flattened [B·T] positions (the last position of a row never is).
+  const at::Tensor flat_labels = labels.to(hidden.device()).reshape({-1});
+  at::Tensor is_target = at::zeros({b, t}, flat_labels.options().dtype(at::kBool));
+  if (t > 1) is_target.narrow(1, 0, t - 1).copy_(labels.narrow(1, 1, t - 1).to(hidden.device()) != kIgnoreIndex);
+  const at::Tensor index = is_target.reshape({-1}).nonzero().reshape({-1});
+  const at::Tensor rows = hidden.reshape({b * t, hidden.size(2)}).index_select(0, index);
+  const at::Tensor targets = flat_labels.index_select(0, index + 1);
+  LossSum out;
+  out.tokens = index.size(0);
+  out.sum = ChunkedHeadLoss::apply(rows, weight, targets, chunk_tokens);
+  return out;
+}
+
+LossSum model_loss(LlamaForCausalLM& model, const at::Tensor& ids, const at::Tensor& labels,
+                   const ForwardOptions& options, std::int64_t chunk_tokens) {
+  if (chunk_tokens <= 0) return causal_lm_loss(model(ids, options), labels);
+  return chunked_causal_lm_loss(model->model(ids, options), model->output_weight(), labels, chunk_tokens);
 }
 
 std::int64_t count_target_tokens(const at::Tensor& labels) {

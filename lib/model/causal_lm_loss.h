@@ -12,6 +12,9 @@ namespace ft::model {
 
 constexpr std::int64_t kIgnoreIndex = -100;
 
+class LlamaForCausalLM;
+struct ForwardOptions;
+
 struct LossSum {
   at::Tensor sum;          // 0-d fp32, differentiable
   std::int64_t tokens = 0;  // target tokens that contributed
@@ -20,6 +23,26 @@ struct LossSum {
 
 // logits [B,T,V] (any float dtype; the loss is computed in fp32), labels [B,T] int64.
 LossSum causal_lm_loss(const at::Tensor& logits, const at::Tensor& labels);
+
+// The same loss computed from the final hidden states [B,T,H] and the output projection `weight`
+// [V,H] (lm_head.weight, or the embedding table when tied), without ever holding logits for the
+// whole sequence ("cut cross-entropy"): only positions whose shifted label is not -100 are
+// selected (prompt tokens cost nothing), and their logits are computed `chunk_tokens` rows at a
+// time (in weight's dtype, then fp32 for the log-softmax), keeping per row only its log-sum-exp.
+// Backward computes each chunk's logits again and turns them into the gradients of the hidden
+// states and (when it requires grad: full fine-tune, tied embedding) of `weight`, so a step's
+// extra memory is one chunk's logits (chunk_tokens x V x (4 + dtype bytes)), not the sequence's.
+// The loss and the gradients equal causal_lm_loss(linear(hidden, weight), labels)'s up to the
+// rounding of summing in another order. `weight` gets a gradient (zeros) even when no label is
+// a target, as in the unchunked path, so gradient hooks fire alike. chunk_tokens > 0.
+LossSum chunked_causal_lm_loss(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& labels,
+                               std::int64_t chunk_tokens);
+
+// The loss of `model` on ids [B,T] against labels [B,T], as training and evaluation compute it
+// (train.loss_chunk_tokens): chunk_tokens > 0 runs the decoder and then chunked_causal_lm_loss
+// with the model's output projection; 0 takes the full logits of model(ids) to causal_lm_loss.
+LossSum model_loss(LlamaForCausalLM& model, const at::Tensor& ids, const at::Tensor& labels,
+                   const ForwardOptions& options, std::int64_t chunk_tokens);
 
 // Number of target tokens, i.e. labels[:, 1:] != -100.
 std::int64_t count_target_tokens(const at::Tensor& labels);

@@ -160,16 +160,26 @@ std::int64_t mask_bytes(std::int64_t batch, std::int64_t seq, const AttentionSha
   return attention.masked ? batch * seq * seq * attention.mask_dtype_bytes : 0;
 }
 
-// Kept at the edges of the stack: the final RMSNorm (as a layer's) and the loss's fp32
-// log-softmax over the vocabulary.
+// Kept at the top of the stack: the final RMSNorm (as a layer's).
 std::int64_t edge_activation_bytes(const Shapes& s, std::int64_t batch, std::int64_t seq, std::int64_t d, bool lora) {
-  return batch * seq * s.hidden * (4 + (lora ? 0 : d) + d) + batch * (seq - 1) * s.vocab * 4;
+  return batch * seq * s.hidden * (4 + (lora ? 0 : d) + d);
 }
 
-// Alive only at the end of the forward: the logits in d, their shifted copy and (below fp32) its
-// fp32 conversion for the loss.
-std::int64_t logits_bytes(const Shapes& s, std::int64_t batch, std::int64_t seq, std::int64_t d) {
-  return batch * seq * s.vocab * d + batch * (seq - 1) * s.vocab * (d + (d < 4 ? 4 : 0));
+// What the output head and the loss hold at the end of the forward and the start of backward
+// (model/causal_lm_loss.h). Full logits (chunk 0): the logits in d, their shifted copy, (below
+// fp32) its fp32 conversion and the loss's fp32 log-softmax kept for backward. Chunked: one chunk
+// of target rows at a time (every position is counted as a target, as with packing): its logits
+// in d and their fp32 conversion (one buffer in fp32, where the conversion is the same tensor),
+// which backward turns in place into the gradient and then converts back to d; plus the selected
+// hidden rows and, when the head trains, the weight gradient [V, H] that backward accumulates.
+std::int64_t logits_bytes(const Shapes& s, std::int64_t batch, std::int64_t seq, std::int64_t d, std::int64_t chunk,
+                          bool head_trainable) {
+  const std::int64_t positions = batch * (seq - 1);
+  if (chunk <= 0)
+    return batch * seq * s.vocab * d + positions * s.vocab * (d + (d < 4 ? 4 : 0)) + positions * s.vocab * 4;
+  const std::int64_t rows = std::min(chunk, positions);
+  return rows * s.vocab * (4 + (d < 4 ? d : 0)) + positions * s.hidden * d +
+         (head_trainable ? s.vocab * s.hidden * d : 0);
 }
 
 std::string gb(std::int64_t bytes) {
@@ -256,8 +266,8 @@ MemoryBreakdown memory_for(const config::RunConfig& run, const io::LlamaConfig& 
   // mask with it).
   const std::int64_t layer = layer_activation_bytes(s, micro_batch, seq_len, d, lora, lora_inputs, r, dropout, attention);
   const std::int64_t mask = mask_bytes(micro_batch, seq_len, attention);
-  const std::int64_t forward_end = edge_activation_bytes(s, micro_batch, seq_len, d, lora) +
-                                   logits_bytes(s, micro_batch, seq_len, d) + mask;
+  m.logits = logits_bytes(s, micro_batch, seq_len, d, run.train.loss_chunk_tokens, /*head_trainable=*/!lora);
+  const std::int64_t forward_end = edge_activation_bytes(s, micro_batch, seq_len, d, lora) + m.logits + mask;
   const std::int64_t top_attention_backward = attention_backward_bytes(s, micro_batch, seq_len, attention);
   m.activations_full = s.layers * layer + std::max(forward_end, top_attention_backward);
   m.activations_checkpointed = s.layers * micro_batch * seq_len * s.hidden * d +

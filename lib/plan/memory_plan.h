@@ -8,7 +8,8 @@
 // dtype (or int8 / NF4, model/quantization.h) plus fp32 LoRA weights, gradients and moments.
 // Activations are counted per token and per layer from the tensors our LLaMA keeps for backward
 // (eager attention keeps the s² scores, sdpa's fused kernels do not), with and without
-// activation checkpointing, plus the logits and their fp32 loss buffers. A fixed framework overhead (CUDA context, cuBLAS and
+// activation checkpointing, plus the logits and their fp32 loss buffers (one chunk of target
+// tokens of them with train.loss_chunk_tokens). A fixed framework overhead (CUDA context, cuBLAS and
 // NCCL workspaces) is added per GPU.
 #pragma once
 
@@ -51,6 +52,11 @@ struct MemoryBreakdown {
   std::int64_t activations = 0;      // with the config's activation checkpointing setting
   std::int64_t activations_checkpointed = 0;
   std::int64_t activations_full = 0;
+  // The part of the activations that scales with the vocabulary: the output head's logits and the
+  // loss's fp32 buffers at the end of the forward, for the whole sequence, or with
+  // train.loss_chunk_tokens for one chunk of target tokens (and the head's weight gradient that
+  // chunked backward accumulates while the chunk's logits are alive).
+  std::int64_t logits = 0;
   std::int64_t overhead = 0;         // framework (CUDA context, workspaces)
 
   std::int64_t model_state() const { return weights + gradients + optimizer; }

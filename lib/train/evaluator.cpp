@@ -10,7 +10,8 @@
 namespace ft::train {
 
 EvalResult evaluate(model::LlamaForCausalLM& model, const data::TokenFile& file, std::int64_t micro_batch_size,
-                    std::int64_t max_seq_len, bool packing, dist::Communicator& comm, const ForwardHooks& hooks) {
+                    std::int64_t max_seq_len, bool packing, dist::Communicator& comm, const ForwardHooks& hooks,
+                    std::int64_t loss_chunk_tokens) {
   torch::NoGradGuard no_grad;
   const bool was_training = model->is_training();
   model->eval();
@@ -34,7 +35,8 @@ EvalResult evaluate(model::LlamaForCausalLM& model, const data::TokenFile& file,
     if (hooks.before_forward) hooks.before_forward();
     options.position_ids = batch.position_ids.to(device);
     if (batch.packed) options.segment_ids = batch.segment_ids.to(device);
-    model::LossSum loss = model::causal_lm_loss(model(batch.input_ids.to(device), options), batch.labels.to(device));
+    model::LossSum loss =
+        model::model_loss(model, batch.input_ids.to(device), batch.labels.to(device), options, loss_chunk_tokens);
     if (dummy) continue;
     loss_sum += loss.sum.detach();  // on the device: read once, after the last batch
     tokens += loss.tokens;

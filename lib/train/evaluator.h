@@ -2,6 +2,7 @@
 // i mod W) and summed over them: the mean loss per target token of the whole eval set. Every
 // rank runs the same number of forward passes (a rank out of items runs a dummy batch whose
 // loss is discarded), so strategies that communicate inside forward (FSDP) stay in step.
+// loss_chunk_tokens: the head and the loss in chunks of target tokens (model::model_loss).
 #pragma once
 
 #include <cstdint>
@@ -26,6 +27,7 @@ struct ForwardHooks {
 };
 
 EvalResult evaluate(model::LlamaForCausalLM& model, const data::TokenFile& file, std::int64_t micro_batch_size,
-                    std::int64_t max_seq_len, bool packing, dist::Communicator& comm, const ForwardHooks& hooks = {});
+                    std::int64_t max_seq_len, bool packing, dist::Communicator& comm, const ForwardHooks& hooks = {},
+                    std::int64_t loss_chunk_tokens = 0);
 
 }  // namespace ft::train

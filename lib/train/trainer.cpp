@@ -280,7 +280,8 @@ TrainSummary run_training(const config::RunConfig& c, dist::Communicator& comm, 
   auto run_eval = [&](std::int64_t step) {
     if (!eval_file) return;
     EvalResult r =
-        evaluate(tm.model, *eval_file, c.train.micro_batch_size, c.data.max_seq_len, c.data.packing, comm, hooks);
+        evaluate(tm.model, *eval_file, c.train.micro_batch_size, c.data.max_seq_len, c.data.packing, comm, hooks,
+                 c.train.loss_chunk_tokens);
     metrics.write(eval_record(step, r));
     progress.print(str("step ", step, ": eval loss ", r.loss, ", perplexity ", r.perplexity));
     if (std::isnan(summary.first_eval_loss)) summary.first_eval_loss = r.loss;
@@ -328,8 +329,9 @@ TrainSummary run_training(const config::RunConfig& c, dist::Communicator& comm, 
       options.layer_runner = hooks.layer_runner;
       options.position_ids = b.position_ids.to(device, /*non_blocking=*/true);
       if (b.packed) options.segment_ids = b.segment_ids.to(device, /*non_blocking=*/true);
-      model::LossSum loss = model::causal_lm_loss(tm.model(b.input_ids.to(device, /*non_blocking=*/true), options),
-                                                  b.labels.to(device, /*non_blocking=*/true));
+      model::LossSum loss = model::model_loss(tm.model, b.input_ids.to(device, /*non_blocking=*/true),
+                                              b.labels.to(device, /*non_blocking=*/true), options,
+                                              c.train.loss_chunk_tokens);
       if (fault_value("loss.nan")) loss.sum = loss.sum * std::numeric_limits<double>::quiet_NaN();
       const double multiplier = scale_loss ? scaler.scale() / step_tokens : 1.0 / step_tokens;
       (loss.sum * multiplier).backward();

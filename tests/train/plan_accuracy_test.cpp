@@ -6,12 +6,19 @@
 // must be within 5 %, the peak of a step within 15 %. On the CPU there is no framework overhead
 // (CUDA context, workspaces) and the batches live in the same memory, so the comparison leaves
 // out the former and adds the latter.
+// The vocabulary cases give stories260K a 16K vocabulary (random weights, the same tokenizer), so
+// that the output head and the loss dominate the step's peak: with full logits and in chunks
+// (train.loss_chunk_tokens) for a full fine-tune, and in chunks under FSDP and LoRA.
 #include <gtest/gtest.h>
+
+#include <torch/torch.h>
 
 #include <filesystem>
 
 #include "config/run_config.h"
 #include "io/hf_config.h"
+#include "io/safetensors.h"
+#include "model/llama_model.h"
 #include "plan/memory_plan.h"
 #include "test_support.h"
 #include "util/file_util.h"
@@ -26,7 +33,28 @@ struct Case {
   std::string name;
   std::string config;  // under configs/
   std::vector<std::string> overrides;
+  std::int64_t vocab = 0;  // > 0: stories260K with this vocabulary (random weights)
 };
+
+// stories260K's shapes and tokenizer with `vocab` embedding rows, randomly initialized, in `dir`.
+std::string large_vocab_model(const std::string& dir, std::int64_t vocab) {
+  namespace fs = std::filesystem;
+  const std::string source = test::data_path("stories260K");
+  io::LlamaConfig c = io::load_llama_config(source);
+  c.vocab_size = vocab;
+  model::LlamaForCausalLM m(c, torch::TensorOptions().dtype(torch::kFloat));
+  model::init_weights(m, 11);
+  fs::create_directories(dir);
+  for (const auto& entry : fs::directory_iterator(source)) {
+    const std::string name = entry.path().filename().string();
+    if (name != "model.safetensors" && name != "config.json") fs::copy_file(entry.path(), fs::path(dir) / name);
+  }
+  io::NamedTensors tensors;
+  for (auto& p : m->named_parameters()) tensors.emplace_back(p.key(), p.value().detach());
+  io::write_safetensors(join_path(dir, "model.safetensors"), tensors);
+  write_file_atomic(join_path(dir, "config.json"), c.to_json(torch::kFloat).dump(2) + "\n");
+  return dir;
+}
 
 void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
 
@@ -41,7 +69,8 @@ TEST_P(PlanAccuracy, ModelStateWithin5PercentAndPeakWithin15PercentOfMeasured) {
   test::TempDir dir;
   // Packed sequences: every micro-batch is max_seq_len tokens long, as the planner assumes.
   std::vector<std::string> overrides = {"run_dir=" + dir.path(),
-                                        "model.path=" + test::data_path("stories260K"),
+                                        "model.path=" + (c.vocab > 0 ? large_vocab_model(dir.file("model"), c.vocab)
+                                                                     : test::data_path("stories260K")),
                                         "data.train=" + test::data_path("datasets/alpaca_train.json"),
                                         "data.eval=" + test::data_path("datasets/alpaca_eval.jsonl"),
                                         "data.packing=true",
@@ -99,7 +128,11 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"fsdp_bf16", "tiny_fsdp.json", {"train.precision=bf16", "train.activation_checkpointing=false"}},
                       Case{"lora_ddp", "tiny_lora.json", {}},
                       Case{"lora_bf16_dropout", "tiny_lora.json", {"train.precision=bf16", "lora.dropout=0.1"}},
-                      Case{"lora_zero2_int8", "tiny_zero2_int8.json", {}}),
+                      Case{"lora_zero2_int8", "tiny_zero2_int8.json", {}},
+                      Case{"vocab16k_full_logits", "tiny_zero2.json", {"parallel.strategy=ddp", "train.loss_chunk_tokens=0"}, 16384},
+                      Case{"vocab16k_chunked", "tiny_zero2.json", {"parallel.strategy=ddp", "train.loss_chunk_tokens=128"}, 16384},
+                      Case{"vocab16k_fsdp_chunked", "tiny_fsdp.json", {"train.loss_chunk_tokens=256"}, 16384},
+                      Case{"vocab16k_lora_chunked", "tiny_lora.json", {"train.loss_chunk_tokens=128"}, 16384}),
     [](const ::testing::TestParamInfo<Case>& info) { return info.param.name; });
 
 }  // namespace
