@@ -10,7 +10,7 @@ namespace ft::train {
 namespace {
 
 const char* const kModelFolder =
-    "a Hugging Face model folder: config.json, tokenizer.model, and model.safetensors or "
+    "a Hugging Face model folder: config.json, tokenizer.json or tokenizer.model, and model.safetensors or "
     "model.safetensors.index.json with its shards";
 const char* const kDataFile =
     "a dataset: a JSON array or JSON Lines of records in data.format (alpaca: instruction, input, output; "
@@ -30,7 +30,7 @@ std::vector<MissingInput> find_missing_inputs(const config::RunConfig& config, c
     if (!file_exists(config_json)) missing.push_back({"model.path", config_json, str("not there; expected ", kModelFolder)});
     const std::string tokenizer = data::tokenizer_file(model);
     if (!file_exists(tokenizer)) {
-      missing.push_back({"model.path", tokenizer, "not there: ft reads the model's sentencepiece tokenizer.model"});
+      missing.push_back({"model.path", tokenizer, "not there: ft reads the model's tokenizer.json or sentencepiece tokenizer.model"});
     }
     if (needs.weights && !io::has_safetensors_weights(model)) {
       missing.push_back({"model.path", join_path(model, "model.safetensors"),

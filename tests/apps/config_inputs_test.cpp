@@ -24,7 +24,7 @@ TEST(RunInputs, EveryMissingInputOfAShippedConfigInOneErrorBeforeAnyOutput) {
   EXPECT_EQ(r.output.rfind("ft_train: error: " + repo_root() + "/configs/llama13b_zero2.json: 3 inputs are missing", 0), 0u)
       << r.output;
   for (const char* part : {"model.path: models/Llama-2-13b-hf: the folder does not exist; expected a Hugging Face model "
-                           "folder: config.json, tokenizer.model, and model.safetensors",
+                           "folder: config.json, tokenizer.json or tokenizer.model, and model.safetensors",
                            "huggingface-cli download ORG/NAME --local-dir models/Llama-2-13b-hf",
                            "data.train: data/train.json: not there; expected a dataset",
                            "data.eval: data/eval.json: not there", "--set model.path="}) {
