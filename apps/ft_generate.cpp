@@ -6,6 +6,7 @@
 // speed goes to stderr.
 #include <cxxopts.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
 
@@ -13,8 +14,10 @@
 
 #include "app_main.h"
 #include "data/prompt_template.h"
+#include "data/tokenized_dataset.h"
 #include "data/tokenizer.h"
 #include "io/dtype.h"
+#include "io/generation_config.h"
 #include "model/generation.h"
 #include "model/lora.h"
 #include "model/model_loader.h"
@@ -26,21 +29,24 @@
 
 namespace {
 
-// The text the model sees: the prompt alone, or the prompt part of a template (the instruction
-// of an alpaca record, the user turn of a chat), as ft_train rendered it in training.
-std::string render_prompt(const std::string& prompt, const std::string& template_name) {
-  if (template_name == "none") return prompt;
-  ft::data::Record record;
-  record.location = "--prompt";
-  ft::data::RecordFormat format = ft::data::RecordFormat::kAlpaca;
-  if (template_name == "llama2_chat") {
-    format = ft::data::RecordFormat::kChat;
-    record.messages = {{"user", prompt}, {"assistant", "-"}};
-  } else {
-    record.fields = {{"instruction", prompt}, {"input", ""}, {"output", "-"}};
-  }
-  auto tmpl = ft::data::resolve_template(template_name, format);
-  return ft::data::render_record(tmpl, record, format).front().text;
+// The template --template names: a built-in, or "auto" for the tokenizer's own chat format.
+ft::data::PromptTemplate prompt_template(const std::string& name, const ft::data::Tokenizer& tokenizer) {
+  if (name == "auto") return ft::data::resolve_template("auto", ft::data::RecordFormat::kChat, &tokenizer);
+  ft::data::PromptTemplate tmpl = ft::data::resolve_template(name, ft::data::RecordFormat::kChat, &tokenizer);
+  ft::data::validate_template(tmpl, ft::data::RecordFormat::kChat, &tokenizer);
+  return tmpl;
+}
+
+// Generation stops at any of the model's EOS ids (config.json and generation_config.json, as
+// transformers' generate does) and at the template's end-of-turn token.
+std::vector<std::int64_t> stop_ids(const std::string& model_dir, const ft::io::LlamaConfig& config,
+                                   const ft::data::PromptTemplate& tmpl, const ft::data::Tokenizer& tokenizer) {
+  std::vector<std::int64_t> ids = config.eos_token_ids;
+  for (std::int64_t id : ft::io::generation_eos_ids(model_dir)) ids.push_back(id);
+  if (!tmpl.stop.empty()) ids.push_back(tokenizer.special_token_id(tmpl.stop));
+  std::sort(ids.begin(), ids.end());
+  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+  return ids;
 }
 
 // --device: "auto" picks the first GPU when there is one.
@@ -67,10 +73,11 @@ c10::Device parse_device(const std::string& name) {
 int run(int argc, char** argv) {
   cxxopts::Options options("ft_generate", "Generate text from a LLaMA-family model (HF folder).");
   options.add_options()
-      ("model", "Hugging Face model folder (config.json, *.safetensors, tokenizer.model)", cxxopts::value<std::string>())
+      ("model", "Hugging Face model folder (config.json, *.safetensors, tokenizer.json or tokenizer.model)", cxxopts::value<std::string>())
       ("prompt", "text to continue", cxxopts::value<std::string>())
-      ("template", "render --prompt as the user turn of a prompt template first: alpaca | llama2_chat | none "
-                   "(what the adapter was trained with)", cxxopts::value<std::string>()->default_value("none"))
+      ("template", "render --prompt as the user turn of a prompt template first: alpaca | llama2_chat | llama3 | "
+                   "chatml | none, or auto (the tokenizer's chat format); what the adapter was trained with",
+       cxxopts::value<std::string>()->default_value("none"))
       ("adapter", "PEFT LoRA adapter folder to apply to the model", cxxopts::value<std::string>())
       ("max-new-tokens", "tokens to generate at most", cxxopts::value<std::int64_t>()->default_value("128"))
       ("temperature", "sampling temperature; 0 = greedy", cxxopts::value<double>()->default_value("1.0"))
@@ -131,11 +138,13 @@ int run(int argc, char** argv) {
   gen.sampling.top_k = args["top-k"].as<std::int64_t>();
   gen.sampling.top_p = args["top-p"].as<double>();
   gen.seed = args["seed"].as<std::uint64_t>();
+  const ft::data::PromptTemplate tmpl = prompt_template(args["template"].as<std::string>(), tokenizer);
+  gen.stop_ids = stop_ids(model_dir, model->config(), tmpl, tokenizer);
 
-  const std::string prompt = render_prompt(args["prompt"].as<std::string>(), args["template"].as<std::string>());
-  std::vector<std::int64_t> ids = tokenizer.encode(prompt, /*add_bos=*/true);
+  std::vector<std::int64_t> ids = ft::data::encode_prompt(tmpl, args["prompt"].as<std::string>(), tokenizer);
   // Stream: print whatever the decoded text gained with each token. Decoding the whole sequence
-  // each time keeps sentencepiece's spacing and multi-byte characters right.
+  // each time keeps sentencepiece's spacing and multi-byte characters right. Special tokens (a
+  // template's turn markers, the stop token) are not printed.
   std::string printed = tokenizer.decode(ids);
   std::cout << printed << std::flush;
   ft::Stopwatch watch;

@@ -49,7 +49,7 @@ Schema make_schema() {
              "attention kernel: sdpa (fused, LibTorch 2.x), eager (scores materialized); auto = sdpa where available"),
       key("data.train", kStr, kRequired, "training dataset, JSON array or JSONL"),
       key("data.eval", kStr, Json(""), "evaluation dataset; empty = none"),
-      choice("data.format", {"alpaca", "prompt_completion", "text", "chat"}, "alpaca", "record format"),
+      choice("data.format", {"alpaca", "prompt_completion", "text", "chat", "sharegpt"}, "alpaca", "record format"),
       ranged(key("data.max_seq_len", kInt, Json(512), "tokens per sequence at most"), 1, std::nullopt),
       key("data.packing", kBool, Json(false), "concatenate samples up to max_seq_len"),
       key("data.template", Kind::kStringOrObject, Json("auto"), "prompt template: a built-in name or an object"),

@@ -24,7 +24,7 @@ struct ModelConfig {
 struct DataConfig {
   std::string train;                 // dataset file (JSON array or JSONL)
   std::string eval;                  // optional; "" = no evaluation set
-  std::string format = "alpaca";     // alpaca|prompt_completion|text|chat
+  std::string format = "alpaca";     // alpaca|prompt_completion|text|chat|sharegpt
   std::int64_t max_seq_len = 512;
   bool packing = false;              // concatenate samples up to max_seq_len
   Json template_spec = "auto";       // built-in template name or a template object

@@ -10,7 +10,8 @@ RecordFormat parse_record_format(const std::string& name) {
   if (name == "prompt_completion") return RecordFormat::kPromptCompletion;
   if (name == "text") return RecordFormat::kText;
   if (name == "chat") return RecordFormat::kChat;
-  FT_CHECK(false, "data.format: expected alpaca, prompt_completion, text or chat, got \"", name, "\"");
+  if (name == "sharegpt") return RecordFormat::kShareGpt;
+  FT_CHECK(false, "data.format: expected alpaca, prompt_completion, text, chat or sharegpt, got \"", name, "\"");
   return RecordFormat::kText;
 }
 
@@ -20,6 +21,7 @@ const char* record_format_name(RecordFormat format) {
     case RecordFormat::kPromptCompletion: return "prompt_completion";
     case RecordFormat::kText: return "text";
     case RecordFormat::kChat: return "chat";
+    case RecordFormat::kShareGpt: return "sharegpt";
   }
   return "";
 }
@@ -40,6 +42,24 @@ void read_field(const Json& object, const char* name, bool required, bool allow_
   FT_CHECK(allow_empty || !out.fields[name].empty(), out.location, ": \"", name, "\" is empty");
 }
 
+// The conversation rules shared by chat and sharegpt: an optional system message first, then
+// user and assistant alternating, ending with a non-empty assistant response. Errors give the
+// index in the file's list: messages[k] is list_name[k - shift] (shift 1 when a top-level
+// "system" was put first).
+void check_turns(Record& out, const char* list_name, std::size_t shift = 0) {
+  std::size_t i = out.messages[0].role == "system" ? 1 : 0;
+  FT_CHECK(i < out.messages.size(), out.location, ": a system message alone has nothing to learn from");
+  for (std::size_t k = i; k < out.messages.size(); ++k) {
+    const char* expected = (k - i) % 2 == 0 ? "user" : "assistant";
+    FT_CHECK(out.messages[k].role == expected, out.location, ": ", list_name, "[", k - shift, "] has role \"", out.messages[k].role,
+             "\" where \"", expected, "\" was expected (after an optional system message, user and assistant alternate)");
+    if (out.messages[k].role == "assistant")
+      FT_CHECK(!out.messages[k].content.empty(), out.location, ": ", list_name, "[", k - shift, "] is an empty assistant response");
+  }
+  FT_CHECK(out.messages.back().role == "assistant", out.location,
+           ": the last message must be the assistant's (there is no response to learn from)");
+}
+
 void read_messages(const Json& object, Record& out) {
   FT_CHECK(object.contains("messages"), out.location, ": missing \"messages\"");
   const Json& messages = object["messages"];
@@ -56,18 +76,45 @@ void read_messages(const Json& object, Record& out) {
              ": role \"", message.role, "\" is not system, user or assistant");
     out.messages.push_back(std::move(message));
   }
-  // Optional system first, then user/assistant alternating, ending with the assistant.
-  std::size_t i = out.messages[0].role == "system" ? 1 : 0;
-  FT_CHECK(i < out.messages.size(), out.location, ": a system message alone has nothing to learn from");
-  for (std::size_t k = i; k < out.messages.size(); ++k) {
-    const char* expected = (k - i) % 2 == 0 ? "user" : "assistant";
-    FT_CHECK(out.messages[k].role == expected, out.location, ": messages[", k, "] has role \"", out.messages[k].role,
-             "\" where \"", expected, "\" was expected (after an optional system message, user and assistant alternate)");
-    if (out.messages[k].role == "assistant")
-      FT_CHECK(!out.messages[k].content.empty(), out.location, ": messages[", k, "] is an empty assistant response");
+  check_turns(out, "messages");
+}
+
+// ShareGPT as LLaMA-Factory and axolotl read it: "from" human/gpt/system ("user"/"assistant" as
+// some exports write them), an optional top-level "system". Tool turns (function_call,
+// observation) have no place in ft's templates and are refused by name.
+void read_conversations(const Json& object, Record& out) {
+  FT_CHECK(object.contains("conversations"), out.location, ": missing \"conversations\"");
+  const Json& turns = object["conversations"];
+  FT_CHECK(turns.is_array() && !turns.empty(), out.location,
+           ": \"conversations\" must be a non-empty list of {\"from\", \"value\"}, got ", describe_json(turns));
+  std::size_t shift = 0;
+  if (object.contains("system") && !object["system"].is_null()) {
+    FT_CHECK(object["system"].is_string(), out.location, ": \"system\" must be a string, got ",
+             describe_json(object["system"]));
+    if (!object["system"].get<std::string>().empty()) {
+      out.messages.push_back({"system", object["system"].get<std::string>()});
+      shift = 1;
+    }
   }
-  FT_CHECK(out.messages.back().role == "assistant", out.location,
-           ": the last message must be the assistant's (there is no response to learn from)");
+  for (std::size_t i = 0; i < turns.size(); ++i) {
+    const Json& t = turns[i];
+    const std::string where = ft::str(out.location, ": conversations[", i, "]");
+    FT_CHECK(t.is_object(), where, ": expected {\"from\", \"value\"}, got ", describe_json(t));
+    FT_CHECK(t.contains("from") && t["from"].is_string(), where, ": \"from\" must be a string");
+    FT_CHECK(t.contains("value") && t["value"].is_string(), where, ": \"value\" must be a string");
+    const std::string from = t["from"].get<std::string>();
+    std::string role = from == "human" || from == "user"        ? "user"
+                       : from == "gpt" || from == "assistant"   ? "assistant"
+                       : from == "system"                       ? "system"
+                                                                : "";
+    FT_CHECK(from != "function_call" && from != "observation", where, ": \"from\": \"", from,
+             "\" is a tool turn, which ft's chat templates do not render");
+    FT_CHECK(!role.empty(), where, ": \"from\": \"", from, "\" is not human, gpt or system");
+    FT_CHECK(role != "system" || (i == 0 && out.messages.empty()), where,
+             ": a system turn may only come first (and not beside a top-level \"system\")");
+    out.messages.push_back({std::move(role), t["value"].get<std::string>()});
+  }
+  check_turns(out, "conversations", shift);
 }
 
 }  // namespace
@@ -92,6 +139,9 @@ Record parse_record(std::string_view json_text, RecordFormat format, const std::
       break;
     case RecordFormat::kChat:
       read_messages(value, out);
+      break;
+    case RecordFormat::kShareGpt:
+      read_conversations(value, out);
       break;
   }
   return out;

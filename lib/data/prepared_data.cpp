@@ -35,7 +35,7 @@ TokenFileIdentity expected_identity(const std::string& dataset, const SampleSett
 
 DataStats prepare_token_file(const config::RunConfig& config, Split split, const Tokenizer& tokenizer) {
   const std::string& dataset = dataset_path(config, split);
-  const SampleSettings settings = SampleSettings::from_config(config.data);
+  const SampleSettings settings = SampleSettings::from_config(config.data, &tokenizer);
   const TokenFileIdentity id = expected_identity(dataset, settings, tokenizer);
   TokenizedDataset data = tokenize_dataset(dataset, settings, tokenizer, static_cast<int>(config.data.num_workers));
   write_token_file(token_file_path(config, split), data, id);
@@ -46,7 +46,7 @@ std::shared_ptr<TokenFile> open_token_file(const config::RunConfig& config, Spli
                                            bool is_builder, double timeout_s) {
   const std::string path = token_file_path(config, split);
   const std::string& dataset = dataset_path(config, split);
-  const TokenFileIdentity id = expected_identity(dataset, SampleSettings::from_config(config.data), tokenizer);
+  const TokenFileIdentity id = expected_identity(dataset, SampleSettings::from_config(config.data, &tokenizer), tokenizer);
   if (!file_exists(path)) {
     if (is_builder) {
       log::info(path, " does not exist yet: tokenizing ", dataset);

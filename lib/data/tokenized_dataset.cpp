@@ -11,10 +11,10 @@
 
 namespace ft::data {
 
-SampleSettings SampleSettings::from_config(const config::DataConfig& data) {
+SampleSettings SampleSettings::from_config(const config::DataConfig& data, const Tokenizer* tokenizer) {
   SampleSettings s;
   s.format = parse_record_format(data.format);
-  s.tmpl = resolve_template(data.template_spec, s.format);
+  s.tmpl = resolve_template(data.template_spec, s.format, tokenizer);
   s.max_seq_len = data.max_seq_len;
   s.drop_too_long = data.too_long == "drop";
   s.train_on_prompt = data.train_on_prompt;
@@ -48,21 +48,64 @@ std::string DataStats::summary() const {
              " dropped with no target token, ", bad_records, " bad records skipped");
 }
 
+namespace {
+
+// Special tokens inside one template-text range: a '<' followed within 64 bytes by a '>' whose
+// span the tokenizer knows as a special token.
+struct SpecialAt {
+  std::size_t begin, end;
+  std::int64_t id;
+};
+
+std::vector<SpecialAt> find_specials(const Segment& s, const Tokenizer& tokenizer) {
+  std::vector<SpecialAt> found;
+  for (const auto& [range_begin, range_end] : s.template_text) {
+    for (std::size_t i = range_begin; i < range_end; ++i) {
+      if (s.text[i] != '<') continue;
+      const std::size_t close = s.text.find('>', i + 1);
+      if (close == std::string::npos || close >= range_end || close - i > 64) continue;
+      const std::int64_t id = tokenizer.special_token_id(s.text.substr(i, close - i + 1));
+      if (id < 0) continue;
+      found.push_back({i, close + 1, id});
+      i = close;
+    }
+  }
+  return found;
+}
+
+}  // namespace
+
 void tokenize_segments(const std::vector<Segment>& segments, const Tokenizer& tokenizer, bool train_on_prompt,
                        std::vector<std::int32_t>& ids, std::vector<std::uint8_t>& targets) {
   ids.clear();
   targets.clear();
   for (const Segment& s : segments) {
     const std::uint8_t target = s.target || train_on_prompt ? 1 : 0;
-    for (std::int64_t id : tokenizer.encode(s.text, s.bos, s.eos)) {
-      ids.push_back(static_cast<std::int32_t>(id));
-      targets.push_back(target);
+    auto append = [&](const std::vector<std::int64_t>& piece) {
+      for (std::int64_t id : piece) {
+        ids.push_back(static_cast<std::int32_t>(id));
+        targets.push_back(target);
+      }
+    };
+    const std::vector<SpecialAt> specials = find_specials(s, tokenizer);
+    if (specials.empty()) {
+      append(tokenizer.encode(s.text, s.bos, s.eos));
+      continue;
     }
+    if (s.bos && tokenizer.bos_id() >= 0) append({tokenizer.bos_id()});
+    std::size_t at = 0;
+    for (const SpecialAt& special : specials) {
+      if (special.begin > at) append(tokenizer.encode(s.text.substr(at, special.begin - at), false, false));
+      append({special.id});
+      at = special.end;
+    }
+    if (at < s.text.size()) append(tokenizer.encode(s.text.substr(at), false, false));
+    if (s.eos && tokenizer.eos_id() >= 0) append({tokenizer.eos_id()});
   }
   if (!targets.empty()) targets[0] = 0;
 }
 
-void validate_template(const PromptTemplate& tmpl, RecordFormat format) {
+void validate_template(const PromptTemplate& tmpl, RecordFormat format, const Tokenizer* tokenizer) {
   Record probe;
   probe.location = "template check";
   switch (format) {
@@ -70,6 +113,7 @@ void validate_template(const PromptTemplate& tmpl, RecordFormat format) {
     case RecordFormat::kPromptCompletion: probe.fields = {{"prompt", "p"}, {"completion", "c"}}; break;
     case RecordFormat::kText: probe.fields = {{"text", "t"}}; break;
     case RecordFormat::kChat:
+    case RecordFormat::kShareGpt:
       probe.messages = {{"system", "s"}, {"user", "u"}, {"assistant", "a"}, {"user", "u"}, {"assistant", "a"}};
       break;
   }
@@ -78,6 +122,42 @@ void validate_template(const PromptTemplate& tmpl, RecordFormat format) {
     probe.fields["input"] = "";
     render_record(tmpl, probe, format);
   }
+  if (tokenizer == nullptr) return;
+  const std::string which = tmpl.name == "custom" ? "data.template" : "data.template \"" + tmpl.name + "\"";
+  FT_CHECK(tmpl.stop.empty() || tokenizer->special_token_id(tmpl.stop) >= 0, which, ": its turns end with ", tmpl.stop,
+           ", which is not a special token of ", tokenizer->path(),
+           " (this template is for another model family; \"auto\" picks the tokenizer's own chat format)");
+  const std::pair<const char*, const std::string*> fields[] = {
+      {"prompt", &tmpl.prompt}, {"prompt_with_input", &tmpl.prompt_with_input}, {"response", &tmpl.response},
+      {"user", &tmpl.user},     {"system_user", &tmpl.system_user},             {"assistant", &tmpl.assistant}};
+  for (const auto& [key, text] : fields) {
+    for (std::size_t i = text->find("<|"); i != std::string::npos; i = text->find("<|", i + 2)) {
+      const std::size_t close = text->find("|>", i + 2);
+      if (close == std::string::npos) break;
+      const std::string token = text->substr(i, close + 2 - i);
+      FT_CHECK(tokenizer->special_token_id(token) >= 0, which, ".", key, ": ", token, " is not a special token of ",
+               tokenizer->path(), " (it would be trained on as plain text)");
+    }
+  }
+}
+
+std::vector<std::int64_t> encode_prompt(const PromptTemplate& tmpl, const std::string& prompt, const Tokenizer& tokenizer) {
+  if (tmpl.name == "none") return tokenizer.encode(prompt, /*add_bos=*/true);
+  Record record;
+  record.location = "--prompt";
+  RecordFormat format = RecordFormat::kAlpaca;
+  if (tmpl.name == "alpaca") {
+    record.fields = {{"instruction", prompt}, {"input", ""}, {"output", "-"}};
+  } else {
+    format = RecordFormat::kChat;
+    record.messages = {{"user", prompt}, {"assistant", "-"}};
+  }
+  std::vector<Segment> segments = render_record(tmpl, record, format);
+  segments.resize(1);  // the prompt part
+  std::vector<std::int32_t> ids;
+  std::vector<std::uint8_t> targets;
+  tokenize_segments(segments, tokenizer, false, ids, targets);
+  return std::vector<std::int64_t>(ids.begin(), ids.end());
 }
 
 namespace {
@@ -135,7 +215,7 @@ void process_range(const std::vector<RawRecord>& records, std::size_t begin, std
 
 TokenizedDataset tokenize_dataset(const std::string& path, const SampleSettings& settings, const Tokenizer& tokenizer,
                                   int threads) {
-  validate_template(settings.tmpl, settings.format);
+  validate_template(settings.tmpl, settings.format, &tokenizer);
   FT_CHECK(file_exists(path), path, ": dataset not found");
   const std::string contents = read_file(path);
   const std::vector<RawRecord> records = split_records(contents, path);

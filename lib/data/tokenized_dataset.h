@@ -27,7 +27,8 @@ struct SampleSettings {
   bool skip_bad_records = false;
   std::int64_t max_bad_records = 100;
 
-  static SampleSettings from_config(const config::DataConfig& data);
+  // `tokenizer` resolves data.template "auto" for conversations (llama3, chatml or llama2_chat).
+  static SampleSettings from_config(const config::DataConfig& data, const Tokenizer* tokenizer = nullptr);
   Json to_json() const;
   std::uint64_t hash() const;
 };
@@ -57,12 +58,21 @@ struct TokenizedDataset {
 
 // Tokenizes one record's segments: [BOS] prompt, response [EOS], ...; the first token is never a
 // target (nothing predicts it), which also keeps packed samples from learning across a boundary.
+// Within a segment's template text, <...> spelling a special token of the tokenizer becomes its
+// id, and the text around it is encoded piece by piece (as Hugging Face tokenizers split at
+// special tokens); a record's own text is encoded as text whatever it spells.
 void tokenize_segments(const std::vector<Segment>& segments, const Tokenizer& tokenizer, bool train_on_prompt,
                        std::vector<std::int32_t>& ids, std::vector<std::uint8_t>& targets);
 
 // Checks a template against a format before any record is read (unknown placeholders are
-// config errors, not per-record ones).
-void validate_template(const PromptTemplate& tmpl, RecordFormat format);
+// config errors, not per-record ones). With a tokenizer, also that every "<|...|>" the template
+// spells and its stop token are special tokens of it (else they would silently be text).
+void validate_template(const PromptTemplate& tmpl, RecordFormat format, const Tokenizer* tokenizer = nullptr);
+
+// The ids a model is prompted with in generation: the prompt part of a template with `prompt` as
+// the instruction (alpaca) or the user turn (chat templates), or `prompt` alone for "none"; BOS
+// first where the tokenizer has one.
+std::vector<std::int64_t> encode_prompt(const PromptTemplate& tmpl, const std::string& prompt, const Tokenizer& tokenizer);
 
 // `threads` <= 0 uses every core.
 TokenizedDataset tokenize_dataset(const std::string& path, const SampleSettings& settings, const Tokenizer& tokenizer,

@@ -31,3 +31,17 @@ with open("tests/data/datasets/alpaca_prompt_completion.jsonl", "w", encoding="u
 with open("tests/data/datasets/alpaca_text.json", "w", encoding="utf-8") as f:
     json.dump([{"text": r["output"]} for r in records[:50]], f, ensure_ascii=False, indent=1)
     f.write("\n")
+
+# ShareGPT (LLaMA-Factory's / axolotl's form): records 0..49 paired into 25 two-turn
+# conversations; every third has a top-level "system", every fifth a system turn of its own.
+with open("tests/data/datasets/alpaca_sharegpt.jsonl", "w", encoding="utf-8") as f:
+    for i in range(25):
+        a, b = records[2 * i], records[2 * i + 1]
+        turns = [{"from": "human", "value": prompt_of(a)}, {"from": "gpt", "value": a["output"]},
+                 {"from": "human", "value": prompt_of(b)}, {"from": "gpt", "value": b["output"]}]
+        record = {"conversations": turns}
+        if i % 3 == 0:
+            record["system"] = "You are a helpful assistant."
+        elif i % 5 == 0:
+            turns.insert(0, {"from": "system", "value": "Answer carefully."})
+        f.write(json.dumps(record, ensure_ascii=False) + "\n")
