@@ -105,7 +105,10 @@ void write_trained_weights(const config::RunConfig& c, TrainableModel& tm, paral
       const std::string from = join_path(c.model.path, name);
       if (file_exists(from)) write_file_atomic(join_path(dir, name), read_file(from));
     }
-    write_file_atomic(join_path(dir, "tokenizer.model"), read_file(tokenizer.path()));
+    // Under the file's own name: tokenizer.json (byte-level BPE) or tokenizer.model (sentencepiece).
+    const std::string& source = tokenizer.path();
+    const std::string file_name = source.substr(source.find_last_of('/') + 1);
+    write_file_atomic(join_path(dir, file_name), read_file(source));
   });
   FT_CHECK(error.empty(), error);
 }
