@@ -314,3 +314,28 @@ TEST(Trainer, GlobalBatchThatDoesNotDivideIsAnError) {
 
 }  // namespace
 }  // namespace ft::train
+
+namespace ft::train {
+namespace {
+
+// The second bundled model end to end: a Qwen2 (q/k/v biases, tied head) whose tokenizer is a
+// tokenizer.json, LoRA on ShareGPT conversations through the chat format "auto" picks (chatml).
+TEST(Trainer, Qwen2WithTokenizerJsonLoraOnShareGpt) {
+  test::TempDir dir;
+  Json config = tiny(dir.path());
+  config["model"]["path"] = test::data_path("qwen2-tiny");
+  config["data"] = {{"train", test::data_path("datasets/alpaca_sharegpt.jsonl")},
+                    {"eval", test::data_path("datasets/alpaca_sharegpt.jsonl")},
+                    {"format", "sharegpt"},
+                    {"max_seq_len", 128}};
+  TrainSummary s = train(config, {"train.max_steps=40", "train.global_batch_size=4", "train.micro_batch_size=2", "train.lr=3e-2"});
+  EXPECT_EQ(s.steps, 40);
+  EXPECT_LT(s.final_eval_loss, s.first_eval_loss - 0.2) << s.first_eval_loss << " -> " << s.final_eval_loss;
+  Json resolved = parse_json_file(join_path(dir.path(), "config.json"));
+  io::PeftAdapter adapter = io::read_peft_adapter(join_path(dir.path(), "adapter"));
+  EXPECT_EQ(adapter.tensors.size(), 2u * 7u * 2u);  // 2 layers x 7 projections x (A, B); biases stay frozen
+  for (const auto& [name, tensor] : adapter.tensors) EXPECT_EQ(name.find(".bias"), std::string::npos) << name;
+}
+
+}  // namespace
+}  // namespace ft::train
