@@ -30,6 +30,7 @@ TokenFileIdentity expected_identity(const std::string& dataset, const SampleSett
   id.source = fnv1a64(file.data(), file.size());
   id.settings = settings.hash();
   id.vocab_size = static_cast<std::uint64_t>(tokenizer.vocab_size());
+  id.tokenizer_kind = tokenizer.kind();
   return id;
 }
 

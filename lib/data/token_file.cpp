@@ -19,7 +19,7 @@ struct Header {
   std::uint32_t header_size;
   std::uint64_t tokenizer, source, settings, vocab_size;
   std::uint64_t num_samples, num_tokens;
-  std::int64_t records, bad_records, truncated, dropped_too_long, dropped_no_target, target_tokens, reserved[2];
+  std::int64_t records, bad_records, truncated, dropped_too_long, dropped_no_target, target_tokens, tokenizer_kind, reserved;
 };
 static_assert(sizeof(Header) == kHeaderSize, "token file header layout");
 
@@ -37,6 +37,7 @@ void write_token_file(const std::string& path, const TokenizedDataset& data, con
   h.source = id.source;
   h.settings = id.settings;
   h.vocab_size = id.vocab_size;
+  h.tokenizer_kind = id.tokenizer_kind == "sentencepiece" ? 1 : id.tokenizer_kind == "bpe" ? 2 : 0;
   h.num_samples = data.num_samples();
   h.num_tokens = data.tokens.size();
   const DataStats& s = data.stats;
@@ -70,7 +71,8 @@ TokenFile::TokenFile(const std::string& path) : path_(path), file_(std::make_uni
                                      static_cast<unsigned __int128>(h.num_tokens) * 5;
   FT_CHECK(h.num_samples < (1ull << 40) && expected == size, path, ": truncated or damaged: the header describes ",
            h.num_samples, " samples and ", h.num_tokens, " tokens but the file has ", size, " bytes", hint);
-  identity_ = {h.tokenizer, h.source, h.settings, h.vocab_size};
+  identity_ = {h.tokenizer, h.source, h.settings, h.vocab_size,
+               h.tokenizer_kind == 1 ? "sentencepiece" : h.tokenizer_kind == 2 ? "bpe" : ""};
   num_samples_ = h.num_samples;
   num_tokens_ = h.num_tokens;
   stats_.records = h.records;
@@ -98,7 +100,13 @@ TokenFile::~TokenFile() = default;
 std::string token_file_mismatch(const TokenFile& file, const TokenFileIdentity& expected) {
   const TokenFileIdentity& got = file.identity();
   const std::string rerun = "; run ft_prep with this config again to rebuild it";
-  if (got.tokenizer != expected.tokenizer) return file.path() + " was made with another tokenizer" + rerun;
+  if (got.tokenizer != expected.tokenizer) {
+    auto kind = [](const std::string& k) {
+      return k == "bpe" ? std::string(" (tokenizer.json)") : k == "sentencepiece" ? std::string(" (tokenizer.model)") : "";
+    };
+    return file.path() + " was made with another tokenizer" + kind(got.tokenizer_kind) + " than the model's" +
+           kind(expected.tokenizer_kind) + rerun;
+  }
   if (got.source != expected.source) return file.path() + " was made from a different version of the dataset" + rerun;
   if (got.settings != expected.settings)
     return file.path() + " was made with other data settings (format, template, max_seq_len, ...)" + rerun;

@@ -36,6 +36,7 @@ struct TokenFileIdentity {
   std::uint64_t source = 0;
   std::uint64_t settings = 0;
   std::uint64_t vocab_size = 0;
+  std::string tokenizer_kind;  // Tokenizer::kind(): "sentencepiece" or "bpe"; empty = not recorded
 };
 
 void write_token_file(const std::string& path, const TokenizedDataset& data, const TokenFileIdentity& identity);

@@ -39,7 +39,15 @@ TEST(TokenFile, RoundTrip) {
   EXPECT_EQ(f.sample_targets(2)[3], 1);
   EXPECT_EQ(f.stats().dropped_no_target, 1);
   EXPECT_EQ(token_file_mismatch(f, id), "");
-  EXPECT_NE(token_file_mismatch(f, {12, 22, 33, 100}).find("was made with another tokenizer; run ft_prep"), std::string::npos);
+  EXPECT_NE(token_file_mismatch(f, {12, 22, 33, 100}).find("was made with another tokenizer than the model's; run ft_prep"),
+            std::string::npos);
+  // The kind of tokenizer is recorded, and named when it changed.
+  write_token_file(dir.file("bpe.ftok"), small_dataset(), {11, 22, 33, 100, "bpe"});
+  TokenFile bpe(dir.file("bpe.ftok"));
+  EXPECT_EQ(bpe.identity().tokenizer_kind, "bpe");
+  EXPECT_NE(token_file_mismatch(bpe, {12, 22, 33, 100, "sentencepiece"})
+                .find("was made with another tokenizer (tokenizer.json) than the model's (tokenizer.model)"),
+            std::string::npos);
   EXPECT_NE(token_file_mismatch(f, {11, 23, 33, 100}).find("from a different version of the dataset"), std::string::npos);
   EXPECT_NE(token_file_mismatch(f, {11, 22, 34, 100}).find("with other data settings"), std::string::npos);
 }
