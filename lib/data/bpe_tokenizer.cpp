@@ -13,6 +13,7 @@
 #include "data/pre_tokenizer.h"
 #include "data/unicode_tables.h"
 #include "util/error.h"
+#include "util/hash.h"
 #include "util/file_util.h"
 #include "util/json.h"
 
@@ -53,29 +54,6 @@ bool token_bytes(const std::string& token, std::string* out) {
   return true;
 }
 
-inline std::uint64_t bpe_mix64(std::uint64_t x) {
-  x ^= x >> 33;
-  x *= 0xff51afd7ed558ccdull;
-  x ^= x >> 33;
-  x *= 0xc4ceb9fe1a85ec53ull;
-  x ^= x >> 33;
-  return x;
-}
-
-inline std::uint64_t bpe_hash_bytes(const char* p, std::size_t n) {
-  std::uint64_t h = 0x9E3779B97F4A7C15ull * (n + 1);
-  while (n >= 8) {
-    std::uint64_t v;
-    std::memcpy(&v, p, 8);
-    h = bpe_mix64(h ^ v);
-    p += 8;
-    n -= 8;
-  }
-  std::uint64_t v = 0;
-  std::memcpy(&v, p, n);
-  return bpe_mix64(h ^ v);
-}
-
 // The value as JSON, shortened: what the file says, in the file's own spelling.
 std::string bpe_field_value(const Json& j) {
   std::string text = j.dump(-1, ' ', false, Json::error_handler_t::replace);
@@ -96,7 +74,7 @@ class BytesTable {
     slots_.assign(capacity, Slot{});
     mask_ = capacity - 1;
     for (const auto& [key, id] : entries) {
-      const std::uint64_t h = bpe_hash_bytes(key.data(), key.size());
+      const std::uint64_t h = table_hash_bytes(key.data(), key.size());
       for (std::size_t i = h & mask_;; i = (i + 1) & mask_) {
         Slot& s = slots_[i];
         if (s.id < 0) {
@@ -109,7 +87,7 @@ class BytesTable {
     }
   }
   std::int32_t find(const char* data, std::size_t size) const {
-    const std::uint64_t h = bpe_hash_bytes(data, size);
+    const std::uint64_t h = table_hash_bytes(data, size);
     for (std::size_t i = h & mask_;; i = (i + 1) & mask_) {
       const Slot& s = slots_[i];
       if (s.id < 0) return -1;
@@ -139,7 +117,7 @@ class MergeTable {
   }
   void insert(std::int32_t a, std::int32_t b, std::int32_t rank, std::int32_t id) {  // a later one replaces
     const std::uint64_t key = pair_key(a, b);
-    for (std::size_t i = bpe_mix64(key) & mask_;; i = (i + 1) & mask_) {
+    for (std::size_t i = mix64(key) & mask_;; i = (i + 1) & mask_) {
       Slot& s = slots_[i];
       if (s.id < 0 || s.key == key) {
         s = Slot{key, rank, id};
@@ -150,7 +128,7 @@ class MergeTable {
   const std::pair<std::int32_t, std::int32_t>* find(std::int32_t a, std::int32_t b) const = delete;
   bool find(std::int32_t a, std::int32_t b, std::int32_t* rank, std::int32_t* id) const {
     const std::uint64_t key = pair_key(a, b);
-    for (std::size_t i = bpe_mix64(key) & mask_;; i = (i + 1) & mask_) {
+    for (std::size_t i = mix64(key) & mask_;; i = (i + 1) & mask_) {
       const Slot& s = slots_[i];
       if (s.id < 0) return false;
       if (s.key == key) {

@@ -53,29 +53,6 @@ inline std::size_t valid_utf8_len(const unsigned char* p, std::size_t len) {
   return 0;
 }
 
-inline std::uint64_t mix64(std::uint64_t x) {
-  x ^= x >> 33;
-  x *= 0xff51afd7ed558ccdull;
-  x ^= x >> 33;
-  x *= 0xc4ceb9fe1a85ec53ull;
-  x ^= x >> 33;
-  return x;
-}
-
-inline std::uint64_t hash_bytes(const char* p, std::size_t n) {
-  std::uint64_t h = 0x9E3779B97F4A7C15ull * (n + 1);
-  while (n >= 8) {
-    std::uint64_t v;
-    std::memcpy(&v, p, 8);
-    h = mix64(h ^ v);
-    p += 8;
-    n -= 8;
-  }
-  std::uint64_t v = 0;
-  std::memcpy(&v, p, n);
-  return mix64(h ^ v);
-}
-
 }  // namespace
 
 // Named, not anonymous: Tokenizer::Impl (declared in the header) holds PieceTables, and gcc
@@ -94,7 +71,7 @@ class PieceTable {
   }
   // False when the key is already present.
   bool insert(std::string_view key, std::int32_t id) {
-    const std::uint64_t h = hash_bytes(key.data(), key.size());
+    const std::uint64_t h = table_hash_bytes(key.data(), key.size());
     for (std::size_t i = h & mask_;; i = (i + 1) & mask_) {
       Slot& s = slots_[i];
       if (s.id < 0) {
@@ -106,7 +83,7 @@ class PieceTable {
     }
   }
   std::int32_t find(const char* data, std::size_t size) const {
-    const std::uint64_t h = hash_bytes(data, size);
+    const std::uint64_t h = table_hash_bytes(data, size);
     for (std::size_t i = h & mask_;; i = (i + 1) & mask_) {
       const Slot& s = slots_[i];
       if (s.id < 0) return -1;
