@@ -11,8 +11,6 @@
 //   - the rendezvous port already taken: an error naming it.
 #include <gtest/gtest.h>
 
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include "training_runs.h"
@@ -90,16 +88,8 @@ TEST(Faults, ACorruptRecordIsAnErrorNamingItsLineOrSkipped) {
 }
 
 TEST(Faults, ARendezvousPortInUseIsNamed) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  ASSERT_GE(fd, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_ANY);
-  socklen_t len = sizeof(addr);
-  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-  ASSERT_EQ(::listen(fd, 1), 0);
-  ASSERT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
-  const int port = ntohs(addr.sin_port);
+  int fd = -1;
+  const int port = test::free_port(&fd);  // listening: in use
   RunDir dir(TrainSetup{"ddp", true}, 100);
   const auto r = test::run_command("timeout 120 " + test::bin_path("ft_launch") + " --nproc_per_node 2 --master_port " +
                                        std::to_string(port) + " " + test::bin_path("ft_train") + " " + dir.config_path() +

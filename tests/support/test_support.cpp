@@ -1,8 +1,5 @@
 #include "test_support.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -89,23 +86,6 @@ std::vector<double> metric_losses(const std::vector<Json>& metrics) {
 
 double max_abs_diff(const torch::Tensor& a, const torch::Tensor& b) {
   return (a.to(torch::kDouble) - b.to(torch::kDouble)).abs().max().item<double>();
-}
-
-int free_port(int* keep) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_ANY);
-  socklen_t len = sizeof(addr);
-  EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-  EXPECT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
-  if (keep != nullptr) {
-    EXPECT_EQ(::listen(fd, 4), 0);
-    *keep = fd;
-  } else {
-    ::close(fd);
-  }
-  return ntohs(addr.sin_port);
 }
 
 }  // namespace ft::test

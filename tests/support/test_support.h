@@ -9,6 +9,7 @@
 
 #include <torch/torch.h>
 
+#include "launch/free_port.h"
 #include "util/error.h"
 #include "util/json.h"
 
@@ -56,7 +57,7 @@ double max_abs_diff(const torch::Tensor& a, const torch::Tensor& b);
 
 // A TCP port nothing listens on right now; with `keep`, its socket stays open and listening (a
 // port in use, for tests of that case) and *keep is the descriptor to close.
-int free_port(int* keep = nullptr);
+using launch::free_port;
 
 }  // namespace ft::test
 
