@@ -8,7 +8,6 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <fstream>
 #include <thread>
 
 #include "io/safetensors.h"
@@ -50,15 +49,10 @@ RunResult train(int ranks, std::string overrides) {
   if (const char* extra = std::getenv("FT_TEST_EXTRA")) overrides += std::string(" ") + extra;
   test::TempDir dir;
   const std::string config = write_config(dir);
-  std::string cmd = test::bin_path("ft_train") + " " + config + " " + overrides;
-  if (ranks > 1) cmd = test::bin_path("ft_launch") + " --nproc_per_node " + std::to_string(ranks) + " " + cmd;
-  auto r = test::run_command(cmd, true);
+  auto r = test::run_command(test::ft_train_command(ranks, config, overrides), true);
   EXPECT_EQ(r.exit_code, 0) << r.output;
   RunResult out;
-  std::ifstream in(dir.file("run/metrics.jsonl"));
-  std::string line;
-  while (std::getline(in, line)) {
-    Json m = parse_json(line, "metrics");
+  for (const Json& m : test::read_metrics(dir.file("run"))) {
     if (m.contains("loss")) out.losses.push_back(m["loss"]);
     if (m.contains("eval_loss")) out.eval_loss = m["eval_loss"];
   }

@@ -10,7 +10,6 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <fstream>
 #include <iomanip>
 #include <map>
 #include <sstream>
@@ -53,15 +52,10 @@ struct RunResult {
 RunResult train(int ranks, bool lora, const std::string& overrides) {
   test::TempDir dir;
   write_file_atomic(dir.file("config.json"), base_config(dir, lora).dump(2));
-  std::string cmd = test::bin_path("ft_train") + " " + dir.file("config.json") + " " + overrides;
-  if (ranks > 1) cmd = test::bin_path("ft_launch") + " --nproc_per_node " + std::to_string(ranks) + " " + cmd;
-  auto r = test::run_command(cmd, true);
+  auto r = test::run_command(test::ft_train_command(ranks, dir.file("config.json"), overrides), true);
   EXPECT_EQ(r.exit_code, 0) << r.output;
   RunResult out;
-  std::ifstream in(dir.file("run/metrics.jsonl"));
-  std::string line;
-  while (std::getline(in, line)) {
-    Json m = parse_json(line, "metrics");
+  for (const Json& m : test::read_metrics(dir.file("run"))) {
     if (m.contains("loss")) {
       out.losses.push_back(m["loss"]);
       out.comm_bytes.push_back(m["comm_bytes"]);
