@@ -94,14 +94,14 @@ int run(int argc, char** argv) {
   const std::int64_t lora_parameters =
       config.lora ? ft::plan::plan_memory(config, model, ft::plan::PlanOptions{}).lora_parameters : 0;
   const double flops_per_token = ft::bench::training_flops_per_token(model, config.data.max_seq_len, lora_parameters);
-  const bool cuda = torch::cuda::is_available() && config.parallel.backend != "gloo";
+  const bool cuda = torch::cuda::is_available() && config.parallel.backend != ft::config::Backend::kGloo;
   const c10::Device device = cuda ? c10::Device(c10::kCUDA, 0) : c10::Device(c10::kCPU);
-  const auto dtype = ft::io::parse_float_dtype(config.train.precision, "train.precision");
+  const auto dtype = ft::io::scalar_type(config.train.precision);
   const int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   const ft::bench::MatmulPeak peak = ft::bench::measure_matmul_peak(device, dtype, threads);
   const std::string peak_note =
-      cuda ? ft::str(config.train.precision, " ", peak.n, "x", peak.n, " matrix products on one GPU, x ranks")
-           : ft::str(config.train.precision, " ", peak.n, "x", peak.n, " matrix products with all ", threads,
+      cuda ? ft::str(ft::config::choice_name(config.train.precision), " ", peak.n, "x", peak.n, " matrix products on one GPU, x ranks")
+           : ft::str(ft::config::choice_name(config.train.precision), " ", peak.n, "x", peak.n, " matrix products with all ", threads,
                      " CPU threads (the ranks share this CPU)");
   std::printf("ft_bench: %s, %.3g FLOPs per token (%s), peak %.1f GFLOP/s measured (%s)\n", config_path.c_str(),
               flops_per_token, config.lora ? "LoRA: 4N + 6N_lora + 12LHQT" : "6N + 12LHQT", peak.flops_per_s / 1e9,
@@ -138,7 +138,7 @@ int run(int argc, char** argv) {
                            {"steps", steps},
                            {"warmup", warmup},
                            {"device", cuda ? "cuda" : "cpu"},
-                           {"precision", config.train.precision},
+                           {"precision", ft::config::choice_name(config.train.precision)},
                            {"flops_per_token", flops_per_token},
                            {"peak_flops_per_s", peak.flops_per_s},
                            {"peak_note", peak_note},

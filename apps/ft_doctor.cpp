@@ -10,15 +10,15 @@
 #include <iostream>
 
 #include "app_main.h"
-#include "dist/doctor.h"
+#include "gpu/doctor.h"
 
 namespace {
 
-const char* level_name(ft::dist::DoctorFinding::Level level) {
+const char* level_name(ft::gpu::DoctorFinding::Level level) {
   switch (level) {
-    case ft::dist::DoctorFinding::Level::kOk: return "ok";
-    case ft::dist::DoctorFinding::Level::kInfo: return "info";
-    case ft::dist::DoctorFinding::Level::kWarning: return "warning";
+    case ft::gpu::DoctorFinding::Level::kOk: return "ok";
+    case ft::gpu::DoctorFinding::Level::kInfo: return "info";
+    case ft::gpu::DoctorFinding::Level::kWarning: return "warning";
     default: return "FATAL";
   }
 }
@@ -37,7 +37,7 @@ int run(int argc, char** argv) {
     std::cout << options.help() << std::endl;
     return 0;
   }
-  ft::dist::DoctorOptions o;
+  ft::gpu::DoctorOptions o;
   if (args.count("expect-gpus")) {
     o.expect_gpus = args["expect-gpus"].as<int>();
     if (o.expect_gpus < 0) throw ft::app::UsageError{"--expect-gpus must be 0 or more"};
@@ -46,13 +46,13 @@ int run(int argc, char** argv) {
   o.port = args["port"].as<int>();
   if (o.port < 0 || o.port > 65535) throw ft::app::UsageError{"--port must be in 1..65535"};
   o.probe = args.count("no-probe") == 0;
-  const auto findings = ft::dist::doctor_findings(ft::dist::gather_doctor_facts(o), o);
+  const auto findings = ft::gpu::doctor_findings(ft::gpu::gather_doctor_facts(o), o);
   int fatal = 0, warnings = 0;
   for (const auto& f : findings) {
     std::printf("%-8s %-10s %s\n", level_name(f.level), f.topic.c_str(), f.message.c_str());
     if (!f.fix.empty()) std::printf("%-8s %-10s fix: %s\n", "", "", f.fix.c_str());
-    fatal += f.level == ft::dist::DoctorFinding::Level::kFatal;
-    warnings += f.level == ft::dist::DoctorFinding::Level::kWarning;
+    fatal += f.level == ft::gpu::DoctorFinding::Level::kFatal;
+    warnings += f.level == ft::gpu::DoctorFinding::Level::kWarning;
   }
   if (fatal > 0) {
     std::printf("%d problem%s would break a run (and %d warning%s)\n", fatal, fatal == 1 ? "" : "s", warnings,

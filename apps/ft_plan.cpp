@@ -59,9 +59,9 @@ ft::Json to_json(const ft::plan::MemoryPlan& plan) {
 
 void print_table(const ft::plan::MemoryPlan& plan, const ft::config::RunConfig& run) {
   std::printf("%s: %.2fB parameters (LoRA row: %.1fM trainable), %s, %lld tokens per sequence, %lld GPU%s x %.1f GB%s\n",
-              run.source.c_str(), plan.parameters / 1e9, plan.lora_parameters / 1e6, run.train.precision.c_str(),
+              run.source.c_str(), plan.parameters / 1e9, plan.lora_parameters / 1e6, ft::config::choice_name(run.train.precision).c_str(),
               (long long)plan.seq_len, (long long)plan.options.gpus, plan.options.gpus == 1 ? "" : "s",
-              plan.options.gpu_mem_gb, run.model.quantize == "none" ? "" : (", base " + run.model.quantize).c_str());
+              plan.options.gpu_mem_gb, run.model.quantize == ft::config::Quantization::kNone ? "" : (", base " + ft::config::choice_name(run.model.quantize)).c_str());
   std::printf("GB per GPU at the micro-batch shown; activations with the config's checkpointing (%s), the other "
               "setting in brackets, %s attention; fits = under %.0f%% of the GPU\n",
               run.train.activation_checkpointing ? "on" : "off",

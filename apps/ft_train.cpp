@@ -17,9 +17,9 @@
 #include "config_args.h"
 #include <torch/torch.h>
 
-#include "dist/gpu_checks.h"
-#include "dist/make_communicator.h"
-#include "dist/process_exit.h"
+#include "gpu/gpu_checks.h"
+#include "comm/make_communicator.h"
+#include "comm/process_exit.h"
 #include "model/attention.h"
 #include "train/stop_request.h"
 #include "train/run_inputs.h"
@@ -44,11 +44,11 @@ int run(int argc, char** argv) {
   ft::train::check_run_inputs(config);  // every missing file at once, before any other output
   ft::model::parse_attention_kernel(config.model.attention, "model.attention");  // refused before any work
   // One GPU per local rank when LibTorch has CUDA (and the backend is not forced to Gloo).
-  const ft::dist::RankEnv env = ft::dist::read_rank_env();
-  const bool cuda = torch::cuda::is_available() && config.parallel.backend != "gloo";
+  const ft::comm::RankEnv env = ft::comm::read_rank_env();
+  const bool cuda = torch::cuda::is_available() && config.parallel.backend != ft::config::Backend::kGloo;
   const c10::Device device = cuda ? c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(env.local_rank)) : c10::kCPU;
   if (cuda) {
-    for (const auto& finding : ft::dist::check_gpu_setup(env)) {
+    for (const auto& finding : ft::gpu::check_gpu_setup(env)) {
       FT_CHECK(!finding.fatal, finding.message);
       ft::log::warn(finding.message);
     }
@@ -59,7 +59,7 @@ int run(int argc, char** argv) {
   ft::train::ResumeOptions resume;
   if (args.count("resume")) resume.path = args["resume"].as<std::string>();
   resume.force = args.count("resume-force") > 0;
-  ft::dist::World world = ft::dist::join_world(config, device);
+  ft::comm::World world = ft::comm::join_world(config, device);
   ft::train::run_training(config, *world.comm, device, resume);
   return 0;
 }
@@ -67,5 +67,5 @@ int run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  return ft::dist::exit_process(ft::app::run_main("ft_train", argc, argv, run));
+  return ft::comm::exit_process(ft::app::run_main("ft_train", argc, argv, run));
 }

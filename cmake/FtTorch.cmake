@@ -140,9 +140,9 @@ else()
 endif()
 # Required with a CUDA LibTorch (-DFT_WITH_NCCL=OFF to go without); where found otherwise.
 if(FT_TORCH_CUDA)
-  option(FT_WITH_NCCL "Build the NCCL communicator (lib/dist/nccl_communicator.cpp)" ON)
+  option(FT_WITH_NCCL "Build the NCCL communicator (lib/comm/nccl_communicator.cpp)" ON)
 else()
-  option(FT_WITH_NCCL "Build the NCCL communicator (lib/dist/nccl_communicator.cpp)" ${nccl_found})
+  option(FT_WITH_NCCL "Build the NCCL communicator (lib/comm/nccl_communicator.cpp)" ${nccl_found})
 endif()
 if(FT_TORCH_CUDA AND NOT nccl_found AND FT_WITH_NCCL)
   message(FATAL_ERROR "LibTorch ${FT_TORCH_VERSION} has CUDA but NCCL was not found (cuda_runtime.h: "

@@ -43,7 +43,7 @@ if [ "$kind" = address ]; then
   export LSAN_OPTIONS="suppressions=$supp/lsan.supp:print_suppressions=0"
   (cd "$dir" && ctest --output-on-failure --timeout 1800 -j "$(nproc)" -L "unit|multirank" "$@") || status=$?
 else
-  ninja -C "$dir" test_data test_multirank dist_worker ft_launch
+  ninja -C "$dir" test_data test_multirank comm_worker ft_launch
   export TSAN_OPTIONS="log_path=$reports/tsan:halt_on_error=1:second_deadlock_stack=1:suppressions=$supp/tsan.supp"
   # One thread per rank and no OpenMP pool: what races is ours, not LibTorch's uninstrumented pool.
   export OMP_NUM_THREADS=1

@@ -7,7 +7,7 @@ import os
 import re
 import sys
 
-ORDER = ["util", "launch", "config", "io", "dist", "data", "model", "optim", "parallel", "checkpoint", "train", "plan", "bench"]
+ORDER = ["util", "launch", "config", "io", "comm", "gpu", "data", "model", "optim", "parallel", "checkpoint", "train", "plan", "bench"]
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([a-z_]+)/')
 
 root = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..")

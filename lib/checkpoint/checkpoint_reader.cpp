@@ -28,7 +28,7 @@ CheckpointReader::CheckpointReader(std::string dir) : dir_(std::move(dir)) {
   config_ = parse_json(read_file(config_path), config_path);
 }
 
-void CheckpointReader::load_optimizer_state(parallel::ParallelStrategy& strategy, dist::Communicator& comm) const {
+void CheckpointReader::load_optimizer_state(parallel::ParallelStrategy& strategy, comm::Communicator& comm) const {
   std::string error;
   try {
     torch::NoGradGuard no_grad;
@@ -89,7 +89,7 @@ void CheckpointReader::load_optimizer_state(parallel::ParallelStrategy& strategy
   } catch (const std::exception& e) {
     error = e.what();
   }
-  const double failures = dist::all_reduce_scalar(comm, error.empty() ? 0.0 : 1.0, dist::ReduceOp::kSum);
+  const double failures = comm::all_reduce_scalar(comm, error.empty() ? 0.0 : 1.0, comm::ReduceOp::kSum);
   FT_CHECK(error.empty(), error);
   FT_CHECK(failures == 0, dir_, ": another rank could not read its optimizer state (its error is above)");
   strategy.reload_parameters_from_master();

@@ -12,7 +12,7 @@
 
 #include "checkpoint/manifest.h"
 #include "checkpoint/training_state.h"
-#include "dist/communicator.h"
+#include "comm/communicator.h"
 #include "parallel/parallel_strategy.h"
 #include "util/json.h"
 
@@ -32,7 +32,7 @@ class CheckpointReader {
   // Collective. This rank's master weights and AdamW state from the saved shards, then the
   // parameters from the masters (strategy.reload_parameters_from_master). An error on any rank
   // is an error on every rank.
-  void load_optimizer_state(parallel::ParallelStrategy& strategy, dist::Communicator& comm) const;
+  void load_optimizer_state(parallel::ParallelStrategy& strategy, comm::Communicator& comm) const;
   // Restores this rank's random generators when the checkpoint was saved on the same number of
   // ranks, and returns true; otherwise leaves them alone and returns false.
   bool restore_rng(int rank, int world_size, c10::Device device) const;

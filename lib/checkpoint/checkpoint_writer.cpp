@@ -40,8 +40,8 @@ class Attempt {
 };
 
 // Collective: every rank learns whether any failed; throws on every rank if so.
-void agree(dist::Communicator& comm, const Attempt& attempt, const std::string& what, const std::function<void()>& cleanup) {
-  const double failures = dist::all_reduce_scalar(comm, attempt.error().empty() ? 0.0 : 1.0, dist::ReduceOp::kSum);
+void agree(comm::Communicator& comm, const Attempt& attempt, const std::string& what, const std::function<void()>& cleanup) {
+  const double failures = comm::all_reduce_scalar(comm, attempt.error().empty() ? 0.0 : 1.0, comm::ReduceOp::kSum);
   if (failures == 0) return;
   if (comm.is_root()) {
     try {
@@ -81,7 +81,7 @@ std::string rank_index_file(int rank) {
   return buffer;
 }
 
-SaveReport save_checkpoint(const SaveRequest& request, dist::Communicator& comm, parallel::ParallelStrategy& strategy) {
+SaveReport save_checkpoint(const SaveRequest& request, comm::Communicator& comm, parallel::ParallelStrategy& strategy) {
   Stopwatch clock;
   const bool root = comm.is_root();
   const int rank = comm.rank();

@@ -20,7 +20,7 @@
 #include <string>
 
 #include "checkpoint/training_state.h"
-#include "dist/communicator.h"
+#include "comm/communicator.h"
 #include "parallel/parallel_strategy.h"
 #include "util/json.h"
 
@@ -43,7 +43,7 @@ struct SaveReport {
   std::uint64_t bytes = 0;  // all files (rank 0's count)
 };
 
-SaveReport save_checkpoint(const SaveRequest& request, dist::Communicator& comm, parallel::ParallelStrategy& strategy);
+SaveReport save_checkpoint(const SaveRequest& request, comm::Communicator& comm, parallel::ParallelStrategy& strategy);
 
 // "rank_00003.safetensors" / "rank_00003.json".
 std::string rank_shard_file(int rank);

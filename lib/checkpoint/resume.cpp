@@ -3,14 +3,14 @@
 #include <set>
 
 #include "checkpoint/checkpoint_folder.h"
-#include "dist/rendezvous.h"
+#include "comm/rendezvous.h"
 #include "util/error.h"
 
 namespace ft::checkpoint {
 
 std::optional<std::string> checkpoint_to_resume(const config::RunConfig& c, const std::string& resume_path) {
   if (!resume_path.empty()) return resume_path;
-  if (c.checkpoint.resume != "auto") return std::nullopt;
+  if (c.checkpoint.resume != config::ResumeMode::kAuto) return std::nullopt;
   return latest_checkpoint(c.run_dir);
 }
 
@@ -28,7 +28,7 @@ bool key_changes_math(const std::string& key) {
 
 std::vector<std::string> math_differences(const Json& saved, const Json& current) {
   std::vector<std::string> out;
-  for (const dist::ConfigDifference& d : dist::config_differences(saved, current))
+  for (const comm::ConfigDifference& d : comm::config_differences(saved, current))
     if (key_changes_math(d.key)) out.push_back(d.key + ": " + d.here + " -> " + d.there);
   return out;
 }

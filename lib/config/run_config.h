@@ -1,7 +1,9 @@
-// The run config of DESIGN.md as plain structs: one JSON file = one run. Every key is declared
-// once in run_config.cpp's schema (type, default, range, description); load_run_config validates
-// the file plus --set overrides, reports every problem at once, and fills these structs from the
-// resolved JSON, which is also what gets written to RUN_DIR/config.json.
+// The run config (docs/config.md) as plain structs: one JSON file = one run. Every key is
+// declared once, in run_config.cpp's table: its type, default, range, description and the member
+// it lands in. From that table come the validation (every problem at once), the defaults, the
+// resolved JSON written to RUN_DIR/config.json, and docs/config.md's key table (a test compares
+// them). The member initializers below repeat the declared defaults for code that builds a
+// RunConfig by hand; a test checks that they agree. Choices are enums (config/choices.h).
 #pragma once
 
 #include <cstdint>
@@ -9,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "config/choices.h"
 #include "config/schema.h"
 #include "util/json.h"
 
@@ -16,21 +19,21 @@ namespace ft::config {
 
 struct ModelConfig {
   std::string path;              // HF model folder
-  std::string dtype = "auto";    // auto|fp32|bf16|fp16: the weights' dtype; must equal train.precision
-  std::string quantize = "none"; // none|int8|nf4 (LoRA only)
+  WeightDtype dtype = WeightDtype::kAuto;  // the weights' dtype; must equal train.precision
+  Quantization quantize = Quantization::kNone;  // LoRA only
   std::string attention = "auto";  // auto|sdpa|eager: the attention kernel (model/attention.h)
 };
 
 struct DataConfig {
   std::string train;                 // dataset file (JSON array or JSONL)
   std::string eval;                  // optional; "" = no evaluation set
-  std::string format = "alpaca";     // alpaca|prompt_completion|text|chat|sharegpt
+  RecordFormat format = RecordFormat::kAlpaca;
   std::int64_t max_seq_len = 512;
   bool packing = false;              // concatenate samples up to max_seq_len
   Json template_spec = "auto";       // built-in template name or a template object
   bool train_on_prompt = false;      // false: prompt tokens get label -100
-  std::string too_long = "truncate"; // truncate|drop samples longer than max_seq_len
-  std::string on_bad_record = "error";  // error|skip
+  TooLong too_long = TooLong::kTruncate;  // samples longer than max_seq_len
+  OnBadRecord on_bad_record = OnBadRecord::kError;
   std::int64_t max_bad_records = 100;   // with skip: more than this is still an error
   std::string cache_dir;             // token files; "" = RUN_DIR/tokens
   std::int64_t prefetch = 2;         // batches prepared ahead by the background thread
@@ -48,10 +51,10 @@ struct LoraConfig {
 };
 
 struct ParallelConfig {
-  std::string strategy = "ddp";       // ddp|zero1|zero2|fsdp
-  std::string backend = "auto";       // auto|gloo|nccl
+  Strategy strategy = Strategy::kDdp;
+  Backend backend = Backend::kAuto;
   double bucket_mb = 25;
-  std::string grad_comm_dtype = "fp32";  // fp32|bf16|fp16
+  Precision grad_comm_dtype = Precision::kFp32;  // the dtype gradients travel in
   bool offload_optimizer = false;
   bool overlap_grad_reduce = true;  // false: all buckets after backward (for measuring the overlap)
   double timeout_s = 300;
@@ -63,7 +66,7 @@ struct TrainConfig {
   std::int64_t epochs = 1;
   std::int64_t max_steps = 0;          // > 0: stop after this many optimizer steps
   double lr = 0;
-  std::string lr_schedule = "cosine";  // constant|linear|cosine
+  LrSchedule lr_schedule = LrSchedule::kCosine;
   std::int64_t warmup_steps = 0;
   double min_lr_ratio = 0.0;           // linear/cosine decay to lr * min_lr_ratio
   double weight_decay = 0.0;
@@ -71,15 +74,15 @@ struct TrainConfig {
   double adam_beta1 = 0.9, adam_beta2 = 0.999, adam_eps = 1e-8;
   double grad_clip = 1.0;              // max global gradient norm; 0 = off
   std::uint64_t seed = 42;
-  std::string precision = "fp32";      // fp32|bf16|fp16 compute
-  std::string loss_scale = "auto";     // auto|dynamic|none: dynamic loss scaling (auto: fp16 only)
+  Precision precision = Precision::kFp32;  // compute dtype
+  LossScaling loss_scale = LossScaling::kAuto;  // dynamic loss scaling (auto: fp16 only)
   double loss_scale_init = 65536.0;    // GradScaler's init_scale
   std::int64_t loss_scale_growth_interval = 2000;  // GradScaler's growth_interval
   bool activation_checkpointing = false;
   // > 0: the output head and cross-entropy run over chunks of this many target tokens, never the
   // whole sequence's logits (model::chunked_causal_lm_loss); 0: full logits.
   std::int64_t loss_chunk_tokens = 1024;
-  std::string on_nonfinite = "stop";   // stop|skip a step whose loss or gradient is NaN/Inf
+  OnNonfinite on_nonfinite = OnNonfinite::kStop;  // a step whose loss or gradient is NaN/Inf
   bool skip_spikes = false;            // skip loss/gradient-norm spikes (optim/spike_guard.h)
   std::int64_t spike_window = 128;
   double spike_sigma = 6.0;
@@ -89,7 +92,7 @@ struct TrainConfig {
 struct CheckpointConfig {
   std::int64_t every_steps = 0;  // 0 = only at the end
   std::int64_t keep_last = 2;
-  std::string resume = "auto";   // auto|none
+  ResumeMode resume = ResumeMode::kAuto;
   bool save_at_end = true;       // false: no last-step checkpoint, no adapter/ or model/
 };
 
@@ -112,6 +115,16 @@ struct RunConfig {
 };
 
 const Schema& run_config_schema();
+
+// docs/config.md's key table (markdown, one row per key) as the declaration gives it.
+std::string config_key_table();
+
+// Every declared default, as the member initializers of a default-constructed RunConfig hold it
+// (for the test that the two agree): key path -> the value read back from RunConfig{}.
+Json default_struct_values();
+
+// Whether train.loss_scale turns dynamic loss scaling on for this precision.
+bool uses_loss_scaling(const TrainConfig& train);
 
 // Reads `path`, applies `overrides` ("key.path=value", in order), validates and resolves.
 RunConfig load_run_config(const std::string& path, const std::vector<std::string>& overrides = {});

@@ -117,7 +117,9 @@ void set_path(Json& config, const std::string& path, const Json& value) {
   }
 }
 
-const Json* get_path(const Json& config, const std::string& path) {
+}  // namespace
+
+const Json* find_path(const Json& config, const std::string& path) {
   const Json* node = &config;
   std::size_t start = 0;
   while (true) {
@@ -129,8 +131,6 @@ const Json* get_path(const Json& config, const std::string& path) {
     start = dot + 1;
   }
 }
-
-}  // namespace
 
 std::string Schema::suggest(const std::string& path) const {
   // Compare against full paths and against leaf names within the same section, so that both
@@ -242,8 +242,8 @@ Json Schema::resolve(const Json& config, const std::string& source) const {
     const std::string section = dot == std::string::npos ? "" : spec.path.substr(0, dot);
     const bool optional_section =
         std::find(optional_sections_.begin(), optional_sections_.end(), section) != optional_sections_.end();
-    if (optional_section && get_path(config, section) == nullptr) continue;
-    const Json* value = get_path(config, spec.path);
+    if (optional_section && find_path(config, section) == nullptr) continue;
+    const Json* value = find_path(config, spec.path);
     if (value == nullptr || value->is_null()) {
       if (!spec.default_value) {
         errors.push_back(ft::str("missing required key ", spec.path, " (", spec.doc, ")"));

@@ -55,4 +55,7 @@ class Schema {
 
 std::size_t edit_distance(const std::string& a, const std::string& b);
 
+// config["a"]["b"]["c"] for path "a.b.c", or nullptr where a part is missing.
+const Json* find_path(const Json& config, const std::string& path);
+
 }  // namespace ft::config

@@ -6,25 +6,10 @@
 namespace ft::data {
 
 RecordFormat parse_record_format(const std::string& name) {
-  if (name == "alpaca") return RecordFormat::kAlpaca;
-  if (name == "prompt_completion") return RecordFormat::kPromptCompletion;
-  if (name == "text") return RecordFormat::kText;
-  if (name == "chat") return RecordFormat::kChat;
-  if (name == "sharegpt") return RecordFormat::kShareGpt;
-  FT_CHECK(false, "data.format: expected alpaca, prompt_completion, text, chat or sharegpt, got \"", name, "\"");
-  return RecordFormat::kText;
+  return config::parse_choice<RecordFormat>(name, "data.format");
 }
 
-const char* record_format_name(RecordFormat format) {
-  switch (format) {
-    case RecordFormat::kAlpaca: return "alpaca";
-    case RecordFormat::kPromptCompletion: return "prompt_completion";
-    case RecordFormat::kText: return "text";
-    case RecordFormat::kChat: return "chat";
-    case RecordFormat::kShareGpt: return "sharegpt";
-  }
-  return "";
-}
+const char* record_format_name(RecordFormat format) { return config::choice_name(format).c_str(); }
 
 namespace {
 

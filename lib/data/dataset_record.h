@@ -15,9 +15,11 @@
 #include <string_view>
 #include <vector>
 
+#include "config/choices.h"
+
 namespace ft::data {
 
-enum class RecordFormat { kAlpaca, kPromptCompletion, kText, kChat, kShareGpt };
+using RecordFormat = config::RecordFormat;  // data.format
 
 // chat and sharegpt: records that hold a conversation (Record::messages).
 inline bool is_conversation(RecordFormat format) {

@@ -13,12 +13,12 @@ namespace ft::data {
 
 SampleSettings SampleSettings::from_config(const config::DataConfig& data, const Tokenizer* tokenizer) {
   SampleSettings s;
-  s.format = parse_record_format(data.format);
+  s.format = data.format;
   s.tmpl = resolve_template(data.template_spec, s.format, tokenizer);
   s.max_seq_len = data.max_seq_len;
-  s.drop_too_long = data.too_long == "drop";
+  s.drop_too_long = data.too_long == config::TooLong::kDrop;
   s.train_on_prompt = data.train_on_prompt;
-  s.skip_bad_records = data.on_bad_record == "skip";
+  s.skip_bad_records = data.on_bad_record == config::OnBadRecord::kSkip;
   s.max_bad_records = data.max_bad_records;
   return s;
 }

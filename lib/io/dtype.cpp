@@ -64,4 +64,13 @@ std::string hf_dtype_name(c10::ScalarType type) {
   return "";
 }
 
+c10::ScalarType scalar_type(config::Precision precision) {
+  switch (precision) {
+    case config::Precision::kFp32: return c10::ScalarType::Float;
+    case config::Precision::kBf16: return c10::ScalarType::BFloat16;
+    case config::Precision::kFp16: return c10::ScalarType::Half;
+  }
+  return c10::ScalarType::Float;
+}
+
 }  // namespace ft::io

@@ -8,6 +8,8 @@
 #include <optional>
 #include <string>
 
+#include "config/choices.h"
+
 namespace ft::io {
 
 struct SafetensorsDType {
@@ -26,6 +28,8 @@ const char* safetensors_dtype_name(c10::ScalarType type);
 // "fp32"|"float32" -> kFloat, "bf16"|"bfloat16" -> kBFloat16, "fp16"|"float16" -> kHalf;
 // throws ft::Error naming `what` (a key path or flag) otherwise.
 c10::ScalarType parse_float_dtype(const std::string& name, const std::string& what);
+// The LibTorch type of a config precision (train.precision, parallel.grad_comm_dtype).
+c10::ScalarType scalar_type(config::Precision precision);
 // "float32", "bfloat16", "float16": the spelling HF config.json uses for torch_dtype.
 std::string hf_dtype_name(c10::ScalarType type);
 

@@ -1,5 +1,7 @@
 #include "model/llama_model.h"
 
+#include <unordered_map>
+
 #include <torch/torch.h>
 
 #include <optional>
@@ -87,6 +89,20 @@ std::vector<NamedProjection> named_projections(LlamaForCausalLM& model) {
 void dequantize_projections(LlamaForCausalLM& model) {
   const c10::ScalarType dtype = model->output_weight().scalar_type();
   for (const auto& [name, linear] : named_projections(model)) linear->dequantize_weight(dtype);
+}
+
+std::vector<std::int64_t> decoder_layers_of(LlamaForCausalLM& model, const std::vector<at::Tensor>& parameters) {
+  std::unordered_map<const c10::TensorImpl*, std::int64_t> layer_of;
+  for (std::size_t i = 0; i < model->model->layers.size(); ++i)
+    for (const at::Tensor& p : model->model->layers[i]->parameters())
+      layer_of[p.unsafeGetTensorImpl()] = static_cast<std::int64_t>(i);
+  std::vector<std::int64_t> out;
+  out.reserve(parameters.size());
+  for (const at::Tensor& p : parameters) {
+    const auto it = layer_of.find(p.unsafeGetTensorImpl());
+    out.push_back(it == layer_of.end() ? -1 : it->second);
+  }
+  return out;
 }
 
 void init_weights(LlamaForCausalLM& model, std::uint64_t seed, double std) {

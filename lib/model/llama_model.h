@@ -104,6 +104,10 @@ void dequantize_projections(LlamaForCausalLM& model);
 // Fills the weights as HF's LlamaPreTrainedModel._init_weights does (normal(0, std) for linear
 // and embedding weights, ones for norms, zeros for biases), from a fixed seed, for benchmarks and
 // tests.
+// The decoder layer each of `parameters` belongs to (its index in model.layers), or -1 for one
+// outside the layers (embedding, final norm, output head): what FSDP makes its units from.
+std::vector<std::int64_t> decoder_layers_of(LlamaForCausalLM& model, const std::vector<at::Tensor>& parameters);
+
 void init_weights(LlamaForCausalLM& model, std::uint64_t seed, double std = 0.02);
 
 }  // namespace ft::model

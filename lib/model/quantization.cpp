@@ -64,20 +64,13 @@ torch::Tensor nf4_byte_table() {
 }  // namespace
 
 Quantization parse_quantization(const std::string& name, const std::string& what) {
-  if (name == "none") return Quantization::kNone;
-  if (name == "int8") return Quantization::kInt8;
-  if (name == "nf4") return Quantization::kNf4;
+  const int index = config::find_choice<Quantization>(name);
+  if (index >= 0) return static_cast<Quantization>(index);
   FT_CHECK(false, what, ": \"", name, "\" is not a quantization; expected none, int8 or nf4");
   return Quantization::kNone;
 }
 
-std::string quantization_name(Quantization q) {
-  switch (q) {
-    case Quantization::kInt8: return "int8";
-    case Quantization::kNf4: return "nf4";
-    default: return "none";
-  }
-}
+std::string quantization_name(Quantization q) { return config::choice_name(q); }
 
 const std::array<float, 16>& nf4_code_book() {
   // bitsandbytes' NF4 table (create_normal_map(offset=0.9677083), normalized to [-1, 1]); the

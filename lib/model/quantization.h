@@ -21,9 +21,11 @@
 #include <string>
 #include <vector>
 
+#include "config/choices.h"
+
 namespace ft::model {
 
-enum class Quantization { kNone, kInt8, kNf4 };
+using Quantization = config::Quantization;  // model.quantize
 
 // "none" | "int8" | "nf4"; anything else throws ft::Error naming `what` (a flag or key).
 Quantization parse_quantization(const std::string& name, const std::string& what);

@@ -12,21 +12,13 @@
 namespace ft::optim {
 
 LrScheduleKind parse_lr_schedule_kind(const std::string& name) {
-  if (name == "constant") return LrScheduleKind::kConstant;
-  if (name == "linear") return LrScheduleKind::kLinear;
-  if (name == "cosine") return LrScheduleKind::kCosine;
+  const int index = config::find_choice<LrScheduleKind>(name);
+  if (index >= 0) return static_cast<LrScheduleKind>(index);
   FT_CHECK(false, "unknown lr_schedule \"", name, "\": expected constant, linear or cosine");
   return LrScheduleKind::kConstant;
 }
 
-const char* lr_schedule_name(LrScheduleKind kind) {
-  switch (kind) {
-    case LrScheduleKind::kConstant: return "constant";
-    case LrScheduleKind::kLinear: return "linear";
-    case LrScheduleKind::kCosine: return "cosine";
-  }
-  return "?";
-}
+const char* lr_schedule_name(LrScheduleKind kind) { return config::choice_name(kind).c_str(); }
 
 LrSchedule::LrSchedule(LrScheduleKind kind, double base_lr, std::int64_t warmup_steps, std::int64_t total_steps,
                        double min_lr_ratio)
@@ -40,7 +32,7 @@ LrSchedule::LrSchedule(LrScheduleKind kind, double base_lr, std::int64_t warmup_
 }
 
 LrSchedule LrSchedule::from_config(const config::TrainConfig& train, std::int64_t total_steps) {
-  return LrSchedule(parse_lr_schedule_kind(train.lr_schedule), train.lr, train.warmup_steps, total_steps,
+  return LrSchedule(train.lr_schedule, train.lr, train.warmup_steps, total_steps,
                     train.min_lr_ratio);
 }
 

@@ -7,13 +7,15 @@
 #include <cstdint>
 #include <string>
 
+#include "config/choices.h"
+
 namespace ft::config {
 struct TrainConfig;
 }
 
 namespace ft::optim {
 
-enum class LrScheduleKind { kConstant, kLinear, kCosine };
+using LrScheduleKind = config::LrSchedule;  // train.lr_schedule
 
 // "constant" | "linear" | "cosine" (train.lr_schedule); anything else throws ft::Error.
 LrScheduleKind parse_lr_schedule_kind(const std::string& name);

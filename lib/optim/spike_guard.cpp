@@ -33,10 +33,22 @@ SpikeGuard::SpikeGuard(SpikeGuardOptions options) : options_(options) {
 }
 
 bool SpikeGuard::is_spike(double loss, double grad_norm) {
+  const bool spike = would_spike(loss, grad_norm);
+  record(loss, grad_norm);
+  return spike;
+}
+
+bool SpikeGuard::would_spike(double loss, double grad_norm) const {
+  std::deque<double> losses = losses_, grad_norms = grad_norms_;
+  push(losses, loss, options_.window);
+  push(grad_norms, grad_norm, options_.window);
+  if (losses.size() < std::max<std::size_t>(2, options_.window / 2) || losses.size() < 3) return false;
+  return above(losses, options_.sigma) || above(grad_norms, options_.sigma);
+}
+
+void SpikeGuard::record(double loss, double grad_norm) {
   push(losses_, loss, options_.window);
   push(grad_norms_, grad_norm, options_.window);
-  if (losses_.size() < std::max<std::size_t>(2, options_.window / 2) || losses_.size() < 3) return false;
-  return above(losses_, options_.sigma) || above(grad_norms_, options_.sigma);
 }
 
 Json SpikeGuard::state_json() const {

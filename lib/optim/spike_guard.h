@@ -25,6 +25,10 @@ class SpikeGuard {
 
   // Records this step's values and says whether to skip it.
   bool is_spike(double loss, double grad_norm);
+  // What is_spike would say for these values, without recording them.
+  bool would_spike(double loss, double grad_norm) const;
+  // Adds this step's values to the window.
+  void record(double loss, double grad_norm);
 
   const SpikeGuardOptions& options() const { return options_; }
   // {"losses": [...], "grad_norms": [...]} for checkpoints; `source` prefixes errors.

@@ -2,20 +2,16 @@
 
 #include <torch/torch.h>
 
-#include <cstdlib>
-#include <thread>
 
 #include "optim/grad_clip.h"
-#include "parallel/fsdp_strategy.h"
-#include "parallel/zero_strategy.h"
 #include "util/error.h"
 #include "util/timer.h"
 
 namespace ft::parallel {
 
-DdpStrategy::DdpStrategy(dist::Communicator& comm, StrategyOptions options) : comm_(comm), options_(options) {}
+DdpStrategy::DdpStrategy(comm::Communicator& comm, StrategyOptions options) : comm_(comm), options_(options) {}
 
-void DdpStrategy::setup(NamedParameters params) {
+void DdpStrategy::setup(NamedParameters params, const std::vector<std::int64_t>& /*layers: one unit*/) {
   std::vector<at::Tensor> tensors;
   for (auto& [name, p] : params) tensors.push_back(p);
   flat_ = std::make_unique<FlatParameters>(std::move(params));
@@ -78,39 +74,6 @@ StepTimes DdpStrategy::take_step_times() {
   StepTimes t = times_;
   times_ = {};
   return t;
-}
-
-StrategyOptions strategy_options(const config::RunConfig& c) {
-  StrategyOptions o;
-  o.adamw.beta1 = c.train.adam_beta1;
-  o.adamw.beta2 = c.train.adam_beta2;
-  o.adamw.eps = c.train.adam_eps;
-  o.adamw.weight_decay = c.train.weight_decay;
-  o.decay_norms = c.train.weight_decay_norms;
-  o.bucket_mb = c.parallel.bucket_mb;
-  o.grad_comm_dtype = c.parallel.grad_comm_dtype == "bf16"   ? torch::kBFloat16
-                      : c.parallel.grad_comm_dtype == "fp16" ? torch::kHalf
-                                                              : torch::kFloat;
-  o.offload_optimizer = c.parallel.offload_optimizer;
-  o.overlap_grad_reduce = c.parallel.overlap_grad_reduce;
-  // The trainer's rule for train.threads: 0 = the cores shared by this node's ranks.
-  const char* local = std::getenv("LOCAL_WORLD_SIZE");
-  const int local_ranks = local != nullptr ? std::max(1, std::atoi(local)) : 1;
-  o.host_threads = c.train.threads > 0 ? static_cast<int>(c.train.threads)
-                                       : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / local_ranks);
-  return o;
-}
-
-std::unique_ptr<ParallelStrategy> make_strategy(const config::RunConfig& c, dist::Communicator& comm,
-                                                c10::Device device) {
-  StrategyOptions options = strategy_options(c);
-  options.device = device;
-  if (c.parallel.strategy == "ddp") return std::make_unique<DdpStrategy>(comm, options);
-  if (c.parallel.strategy == "zero1") return std::make_unique<ZeroStrategy>(1, comm, options);
-  if (c.parallel.strategy == "zero2") return std::make_unique<ZeroStrategy>(2, comm, options);
-  if (c.parallel.strategy == "fsdp") return std::make_unique<FsdpStrategy>(comm, options);
-  FT_CHECK(false, "parallel.strategy \"", c.parallel.strategy, "\" is unknown (use ddp, zero1, zero2 or fsdp)");
-  return nullptr;
 }
 
 }  // namespace ft::parallel

@@ -17,9 +17,9 @@ namespace ft::parallel {
 
 class DdpStrategy : public ParallelStrategy {
  public:
-  DdpStrategy(dist::Communicator& comm, StrategyOptions options);
+  DdpStrategy(comm::Communicator& comm, StrategyOptions options);
   std::string name() const override { return "ddp"; }
-  void setup(NamedParameters params) override;
+  void setup(NamedParameters params, const std::vector<std::int64_t>& layers) override;
   void before_backward(bool sync) override;
   void finish_gradients() override;
   double grad_sum_of_squares() override;
@@ -37,7 +37,7 @@ class DdpStrategy : public ParallelStrategy {
   FlatParameters& flat() { return *flat_; }
 
  private:
-  dist::Communicator& comm_;
+  comm::Communicator& comm_;
   StrategyOptions options_;
   std::unique_ptr<FlatParameters> flat_;
   std::unique_ptr<GradBuckets> buckets_;

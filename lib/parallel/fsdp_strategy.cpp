@@ -15,17 +15,6 @@
 namespace ft::parallel {
 namespace {
 
-// The decoder layer a parameter belongs to ("model.layers.12.mlp.up_proj.weight" -> 12), or -1.
-std::int64_t layer_of(const std::string& name) {
-  static const std::string prefix = "model.layers.";
-  if (name.compare(0, prefix.size(), prefix) != 0) return -1;
-  const std::size_t end = name.find('.', prefix.size());
-  if (end == std::string::npos || end == prefix.size()) return -1;
-  const std::string digits = name.substr(prefix.size(), end - prefix.size());
-  if (!std::all_of(digits.begin(), digits.end(), [](char ch) { return ch >= '0' && ch <= '9'; })) return -1;
-  return std::stoll(digits);
-}
-
 // Frees a tensor's memory while every tensor that views it (the module's parameters, autograd's
 // saved references) keeps its shape; allocate_storage gives it memory again. PyTorch's FSDP
 // does the same with storage().resize_(0).
@@ -45,20 +34,22 @@ void allocate_storage(const at::Tensor& t) {
 
 }  // namespace
 
-FsdpStrategy::FsdpStrategy(dist::Communicator& comm, StrategyOptions options) : comm_(comm), options_(options) {}
+FsdpStrategy::FsdpStrategy(comm::Communicator& comm, StrategyOptions options) : comm_(comm), options_(options) {}
 
 // No collective here (a rank unwinding from an error must not wait for the others): released
 // layers stay released, and the model's parameters are only usable through the strategy.
 FsdpStrategy::~FsdpStrategy() = default;
 
-void FsdpStrategy::setup(NamedParameters params) {
+void FsdpStrategy::setup(NamedParameters params, const std::vector<std::int64_t>& layers_of) {
   FT_CHECK(!params.empty(), "there are no trainable parameters");
+  FT_CHECK(layers_of.size() == params.size(), "FSDP: ", layers_of.size(), " layer indices for ", params.size(),
+           " parameters");
   // Units: the root one (parameters outside the decoder layers), then one per layer, in order.
   std::vector<std::size_t> root;
   std::map<std::int64_t, std::vector<std::size_t>> by_layer;
   std::vector<std::int64_t> numels;
   for (std::size_t i = 0; i < params.size(); ++i) {
-    const std::int64_t layer = layer_of(params[i].first);
+    const std::int64_t layer = layers_of[i];
     (layer < 0 ? root : by_layer[layer]).push_back(i);
     numels.push_back(params[i].second.numel());
     slot_names_.push_back(params[i].first);
@@ -91,7 +82,7 @@ void FsdpStrategy::setup(NamedParameters params) {
       unit_params.push_back(params[s]);
       offsets.push_back(layout_->slot_offsets()[s] - bucket.begin);
     }
-    const std::int64_t layer = layer_of(params[bucket.slots.front()].first);
+    const std::int64_t layer = layers_of[bucket.slots.front()];
     Unit unit;
     unit.bucket = b;
     unit.resident = layer < 0;
@@ -191,7 +182,7 @@ void FsdpStrategy::finish_gradients() {
 
 double FsdpStrategy::grad_sum_of_squares() {
   const double local = optim::local_sum_of_squares({shard_grad_}).item<double>();
-  return dist::all_reduce_scalar(comm_, local, dist::ReduceOp::kSum);
+  return comm::all_reduce_scalar(comm_, local, comm::ReduceOp::kSum);
 }
 
 void FsdpStrategy::step(double lr, double clip_coef) {

@@ -28,10 +28,10 @@ namespace ft::parallel {
 
 class FsdpStrategy : public ParallelStrategy {
  public:
-  FsdpStrategy(dist::Communicator& comm, StrategyOptions options);
+  FsdpStrategy(comm::Communicator& comm, StrategyOptions options);
   ~FsdpStrategy() override;
   std::string name() const override { return "fsdp"; }
-  void setup(NamedParameters params) override;
+  void setup(NamedParameters params, const std::vector<std::int64_t>& layers) override;
   void before_backward(bool sync) override;
   void finish_gradients() override;
   double grad_sum_of_squares() override;
@@ -64,7 +64,7 @@ class FsdpStrategy : public ParallelStrategy {
   // Frees the unit's full buffer (not the root unit's).
   void release(Unit& unit);
 
-  dist::Communicator& comm_;
+  comm::Communicator& comm_;
   StrategyOptions options_;
   std::unique_ptr<ShardLayout> layout_;
   std::vector<Unit> units_;

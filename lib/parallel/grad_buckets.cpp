@@ -74,12 +74,12 @@ std::vector<BucketRange> contiguous_buckets(const FlatParameters& flat, std::int
 
 }  // namespace
 
-GradBuckets::GradBuckets(FlatParameters& flat, std::vector<at::Tensor> params, dist::Communicator& comm,
+GradBuckets::GradBuckets(FlatParameters& flat, std::vector<at::Tensor> params, comm::Communicator& comm,
                          double bucket_mb, c10::ScalarType wire_dtype, bool overlap)
     : GradBuckets(flat, std::move(params), comm, contiguous_buckets(flat, bucket_elements(bucket_mb, wire_dtype)),
                   wire_dtype, overlap) {}
 
-GradBuckets::GradBuckets(FlatParameters& flat, std::vector<at::Tensor> params, dist::Communicator& comm,
+GradBuckets::GradBuckets(FlatParameters& flat, std::vector<at::Tensor> params, comm::Communicator& comm,
                          std::vector<BucketRange> ranges, c10::ScalarType wire_dtype, bool overlap)
     : flat_(flat), comm_(comm), wire_dtype_(wire_dtype), overlap_(overlap) {
   const auto& slots = flat.slots();
@@ -127,7 +127,7 @@ void GradBuckets::on_ready(std::size_t slot) {
 void GradBuckets::launch(Bucket& b) {
   at::Tensor slice = flat_.grads().narrow(0, b.begin, b.end - b.begin);
   b.wire = slice.scalar_type() == wire_dtype_ ? slice : slice.to(wire_dtype_);
-  b.work = comm_.all_reduce(b.wire, dist::ReduceOp::kSum);
+  b.work = comm_.all_reduce(b.wire, comm::ReduceOp::kSum);
 }
 
 double GradBuckets::finish() {

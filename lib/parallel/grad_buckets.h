@@ -12,7 +12,7 @@
 #include <memory>
 #include <vector>
 
-#include "dist/communicator.h"
+#include "comm/communicator.h"
 #include "parallel/flat_parameters.h"
 
 namespace ft::parallel {
@@ -37,11 +37,11 @@ struct BucketRange {
 
 class GradBuckets {
  public:
-  GradBuckets(FlatParameters& flat, std::vector<at::Tensor> params, dist::Communicator& comm, double bucket_mb,
+  GradBuckets(FlatParameters& flat, std::vector<at::Tensor> params, comm::Communicator& comm, double bucket_mb,
               c10::ScalarType wire_dtype, bool overlap = true);
   // Buckets as given (ZeRO-1: regions padded to a multiple of the world size, so that each rank's
   // shard of a bucket is one slice). Every slot is in exactly one bucket.
-  GradBuckets(FlatParameters& flat, std::vector<at::Tensor> params, dist::Communicator& comm,
+  GradBuckets(FlatParameters& flat, std::vector<at::Tensor> params, comm::Communicator& comm,
               std::vector<BucketRange> buckets, c10::ScalarType wire_dtype, bool overlap = true);
   ~GradBuckets();
 
@@ -61,13 +61,13 @@ class GradBuckets {
     std::vector<std::size_t> slots;
     std::size_t pending = 0;
     at::Tensor wire;  // the slice, or a copy in the wire dtype
-    std::shared_ptr<dist::Work> work;
+    std::shared_ptr<comm::Work> work;
   };
   void on_ready(std::size_t slot);
   void launch(Bucket& bucket);
 
   FlatParameters& flat_;
-  dist::Communicator& comm_;
+  comm::Communicator& comm_;
   c10::ScalarType wire_dtype_;
   std::vector<Bucket> buckets_;
   std::vector<std::size_t> bucket_of_slot_;

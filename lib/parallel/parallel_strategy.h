@@ -3,7 +3,8 @@
 // gradients), FSDP (sharded parameters). The loop calls, per optimizer step:
 //   before_backward(sync) per micro-batch -> finish_gradients() -> grad_sum_of_squares()
 //   -> step(lr, clip) or skip_step()
-// Adding a strategy is adding a file and a line in make_strategy, not editing the loop.
+// Adding a strategy is adding a file, a line in make_strategy (parallel_strategy.cpp) and its row
+// of strategy_traits.h (what it shards, for the planner), not editing the loop.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -14,7 +15,7 @@
 #include <vector>
 
 #include "config/run_config.h"
-#include "dist/communicator.h"
+#include "comm/communicator.h"
 #include "model/llama_model.h"
 #include "optim/adamw.h"
 #include "parallel/shard_layout.h"
@@ -38,7 +39,8 @@ struct StrategyOptions {
   int host_threads = 0;
 };
 
-StrategyOptions strategy_options(const config::RunConfig& config);
+// `local_ranks`: the ranks sharing this node's cores (for the host threads of an optimizer step).
+StrategyOptions strategy_options(const config::RunConfig& config, int local_ranks = 1);
 
 // Time split of the last step, for metrics.
 struct StepTimes {
@@ -68,9 +70,11 @@ class ParallelStrategy {
   virtual ~ParallelStrategy() = default;
   virtual std::string name() const = 0;
 
-  // Takes the trainable parameters (requires_grad, in model order, the same on every rank),
-  // makes every rank start from rank 0's values, and creates the optimizer state.
-  virtual void setup(NamedParameters params) = 0;
+  // Takes the trainable parameters (requires_grad, in model order, the same on every rank) and
+  // for each the decoder layer the model says it belongs to (-1: outside the layers; see
+  // model::decoder_layers_of; FSDP makes one unit per layer), makes every rank start from rank
+  // 0's values, and creates the optimizer state.
+  virtual void setup(NamedParameters params, const std::vector<std::int64_t>& layers) = 0;
   // Before each micro-batch's backward; sync = false for accumulation micro-batches before the
   // last, which need no communication.
   virtual void before_backward(bool sync) = 0;
@@ -111,7 +115,7 @@ class ParallelStrategy {
 
 // `device`: where training runs. FSDP builds its sharded buffers there, so the model may be
 // loaded on the host and only each rank's shards (and each gathered layer) ever reach the device.
-std::unique_ptr<ParallelStrategy> make_strategy(const config::RunConfig& config, dist::Communicator& comm,
+std::unique_ptr<ParallelStrategy> make_strategy(const config::RunConfig& config, comm::Communicator& comm,
                                                 c10::Device device = c10::kCPU);
 
 }  // namespace ft::parallel

@@ -11,7 +11,7 @@
 namespace ft::parallel {
 
 ReduceScatterBuckets::ReduceScatterBuckets(const ShardLayout& layout, std::vector<at::Tensor> params,
-                                           dist::Communicator& comm, at::Tensor shard_grad, c10::ScalarType wire_dtype,
+                                           comm::Communicator& comm, at::Tensor shard_grad, c10::ScalarType wire_dtype,
                                            bool overlap)
     : layout_(layout), params_(std::move(params)), comm_(comm), shard_grad_(std::move(shard_grad)),
       wire_dtype_(wire_dtype), overlap_(overlap) {
@@ -86,7 +86,7 @@ void ReduceScatterBuckets::launch(std::size_t b) {
   Bucket& bucket = buckets_[b];
   stage(b);
   bucket.launched = true;
-  bucket.work = comm_.reduce_scatter(bucket.output, bucket.staging, dist::ReduceOp::kSum);
+  bucket.work = comm_.reduce_scatter(bucket.output, bucket.staging, comm::ReduceOp::kSum);
   if (comm_.world_size() > 1) bytes_ += static_cast<double>(bucket.staging.nbytes());
   in_flight_.push_back(b);
   if (on_launch_) on_launch_(b);

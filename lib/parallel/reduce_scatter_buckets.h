@@ -15,7 +15,7 @@
 #include <memory>
 #include <vector>
 
-#include "dist/communicator.h"
+#include "comm/communicator.h"
 #include "parallel/shard_layout.h"
 
 namespace ft::parallel {
@@ -27,7 +27,7 @@ class ReduceScatterBuckets {
   // params: the trainable parameters in slot order (their .grad must be undefined); shard_grad:
   // this rank's gradient shard [layout.shard_numel()], which the reduced chunks are added into.
   // overlap = false: each bucket is waited for as soon as it is launched (no overlap with backward).
-  ReduceScatterBuckets(const ShardLayout& layout, std::vector<at::Tensor> params, dist::Communicator& comm,
+  ReduceScatterBuckets(const ShardLayout& layout, std::vector<at::Tensor> params, comm::Communicator& comm,
                        at::Tensor shard_grad, c10::ScalarType wire_dtype, bool overlap);
   ~ReduceScatterBuckets();
 
@@ -54,7 +54,7 @@ class ReduceScatterBuckets {
     std::size_t pending = 0;
     bool launched = false;
     at::Tensor staging, output;
-    std::shared_ptr<dist::Work> work;
+    std::shared_ptr<comm::Work> work;
   };
   void on_ready(std::size_t slot);
   void stage(std::size_t b);
@@ -64,7 +64,7 @@ class ReduceScatterBuckets {
 
   const ShardLayout& layout_;
   std::vector<at::Tensor> params_;
-  dist::Communicator& comm_;
+  comm::Communicator& comm_;
   at::Tensor shard_grad_;
   c10::ScalarType wire_dtype_;
   bool overlap_;

@@ -13,12 +13,12 @@
 
 namespace ft::parallel {
 
-ZeroStrategy::ZeroStrategy(int stage, dist::Communicator& comm, StrategyOptions options)
+ZeroStrategy::ZeroStrategy(int stage, comm::Communicator& comm, StrategyOptions options)
     : stage_(stage), comm_(comm), options_(options) {
   FT_ASSERT(stage == 1 || stage == 2, "ZeRO stage 1 or 2, got ", stage);
 }
 
-void ZeroStrategy::setup(NamedParameters params) {
+void ZeroStrategy::setup(NamedParameters params, const std::vector<std::int64_t>& /*layers: one unit*/) {
   std::vector<at::Tensor> tensors;
   std::vector<std::int64_t> numels;
   for (auto& [name, p] : params) {
@@ -92,7 +92,7 @@ std::vector<at::Tensor> ZeroStrategy::gradient_shard() {
 double ZeroStrategy::grad_sum_of_squares() {
   // Each rank's shard, summed over ranks: one all-reduce, so every rank gets the same bits.
   const double local = optim::local_sum_of_squares(gradient_shard()).item<double>();
-  return dist::all_reduce_scalar(comm_, local, dist::ReduceOp::kSum);
+  return comm::all_reduce_scalar(comm_, local, comm::ReduceOp::kSum);
 }
 
 void ZeroStrategy::step(double lr, double clip_coef) {
@@ -121,7 +121,7 @@ void ZeroStrategy::reload_parameters_from_master() {
   }
   // A few buckets in flight at a time: a backend may stage each one (Gloo flattens the output
   // into a temporary), and this bounds that to a few buckets instead of the whole model.
-  std::deque<std::shared_ptr<dist::Work>> works;
+  std::deque<std::shared_ptr<comm::Work>> works;
   for (const ShardBucket& b : layout_->buckets()) {
     at::Tensor region = values.narrow(0, b.begin, layout_->region_numel(b));
     works.push_back(comm_.all_gather(region, update.narrow(0, b.shard_offset, b.chunk)));

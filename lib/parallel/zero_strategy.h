@@ -22,9 +22,9 @@ namespace ft::parallel {
 class ZeroStrategy : public ParallelStrategy {
  public:
   // stage 1: sharded optimizer state; stage 2: also sharded gradients.
-  ZeroStrategy(int stage, dist::Communicator& comm, StrategyOptions options);
+  ZeroStrategy(int stage, comm::Communicator& comm, StrategyOptions options);
   std::string name() const override { return stage_ == 1 ? "zero1" : "zero2"; }
-  void setup(NamedParameters params) override;
+  void setup(NamedParameters params, const std::vector<std::int64_t>& layers) override;
   void before_backward(bool sync) override;
   void finish_gradients() override;
   double grad_sum_of_squares() override;
@@ -47,7 +47,7 @@ class ZeroStrategy : public ParallelStrategy {
   void zero_gradients();
 
   int stage_;
-  dist::Communicator& comm_;
+  comm::Communicator& comm_;
   StrategyOptions options_;
   std::unique_ptr<ShardLayout> layout_;
   std::unique_ptr<FlatParameters> flat_;

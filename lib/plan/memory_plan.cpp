@@ -7,6 +7,7 @@
 #include "io/dtype.h"
 #include "model/lora.h"
 #include "model/quantization.h"
+#include "parallel/strategy_traits.h"
 #include "util/error.h"
 
 namespace ft::plan {
@@ -62,7 +63,7 @@ Shapes shapes_of(const io::LlamaConfig& m) {
 // The LoRA row: the config's LoRA (or r = 16 on all linear layers when it has none).
 struct LoraSetup {
   model::LoraOptions options;
-  std::string strategy;
+  config::Strategy strategy = config::Strategy::kDdp;
   model::Quantization quantize = model::Quantization::kNone;
 };
 
@@ -71,11 +72,10 @@ LoraSetup lora_setup(const config::RunConfig& run) {
   if (run.lora) {
     l.options = model::lora_options(*run.lora);
     l.strategy = run.parallel.strategy;
-    l.quantize = model::parse_quantization(run.model.quantize, "model.quantize");
+    l.quantize = run.model.quantize;
   } else {
     l.options.r = 16;
     l.options.targets = io::LoraTargets{{"all-linear"}, ""};
-    l.strategy = "ddp";
   }
   return l;
 }
@@ -199,11 +199,12 @@ model::AttentionKernel planned_attention(const std::string& name) {
   return model::sdpa_available() ? model::AttentionKernel::kSdpa : model::AttentionKernel::kEager;
 }
 
-MemoryBreakdown memory_for(const config::RunConfig& run, const io::LlamaConfig& model, const std::string& strategy,
+MemoryBreakdown memory_for(const config::RunConfig& run, const io::LlamaConfig& model, config::Strategy strategy,
                            bool lora, std::int64_t micro_batch, std::int64_t seq_len, std::int64_t gpus,
                            model::AttentionKernel kernel) {
   const Shapes s = shapes_of(model);
-  const std::int64_t d = static_cast<std::int64_t>(c10::elementSize(io::parse_float_dtype(run.train.precision, "train.precision")));
+  const std::int64_t d = static_cast<std::int64_t>(c10::elementSize(io::scalar_type(run.train.precision)));
+  const parallel::StrategyTraits traits = parallel::strategy_traits(strategy);
   AttentionShape attention;
   attention.sdpa = kernel == model::AttentionKernel::kSdpa;
   // A sliding window shorter than the sequence needs a mask too (model/attention.h).
@@ -211,10 +212,11 @@ MemoryBreakdown memory_for(const config::RunConfig& run, const io::LlamaConfig& 
   attention.mask_dtype_bytes = attention.sdpa ? d : 4;
   const bool mixed = d < 4;
   const std::int64_t w = std::max<std::int64_t>(gpus, 1);
-  const bool zero = strategy == "zero1" || strategy == "zero2" || strategy == "fsdp";
-  const bool sharded_grads = strategy == "zero2" || strategy == "fsdp";
+  const bool zero = traits.shards_optimizer;
+  const bool sharded_grads = traits.shards_gradients;
+  const bool sharded_params = traits.shards_parameters;
   const std::int64_t bucket = static_cast<std::int64_t>(run.parallel.bucket_mb * (1 << 20));
-  const std::int64_t buckets_in_flight = strategy == "zero2" ? 3 : 2;
+  const std::int64_t buckets_in_flight = traits.grad_buckets_in_flight;
   MemoryBreakdown m;
   std::vector<std::int64_t> lora_inputs;
   std::int64_t r = 0;
@@ -232,20 +234,20 @@ MemoryBreakdown memory_for(const config::RunConfig& run, const io::LlamaConfig& 
       m.gathered += s.largest_matrix * (4 + d);  // one matrix dequantized (fp32 values, then d)
     }
     // LoRA weights train in fp32: they are their own master under DDP; ZeRO keeps a master shard.
-    m.weights = base + (strategy == "fsdp" ? div_up(4 * psi_l, w) : 4 * psi_l);
+    m.weights = base + (sharded_params ? div_up(4 * psi_l, w) : 4 * psi_l);
     m.gradients = sharded_grads ? div_up(4 * psi_l, w) : 4 * psi_l;
     m.optimizer = zero ? div_up(12 * psi_l, w) : 8 * psi_l;
     m.comm_buckets = buckets_in_flight * std::min(bucket, 4 * psi_l);
-    if (strategy == "fsdp") m.gathered += 2 * 4 * psi_l / std::max<std::int64_t>(s.layers, 1);
+    if (sharded_params) m.gathered += 2 * 4 * psi_l / std::max<std::int64_t>(s.layers, 1);
   } else {
     const std::int64_t psi = s.params;
-    m.weights = strategy == "fsdp" ? div_up(d * psi, w) : d * psi;
+    m.weights = sharded_params ? div_up(d * psi, w) : d * psi;
     m.gradients = sharded_grads ? div_up(d * psi, w) : d * psi;
     // fp32 DDP and FSDP: the parameters (FSDP: their shard) are the master; ZeRO-1/2 keep a
     // separate fp32 master shard.
-    const std::int64_t per_param = (mixed || strategy == "zero1" || strategy == "zero2") ? 12 : 8;
+    const std::int64_t per_param = (mixed || traits.separate_master) ? 12 : 8;
     m.optimizer = zero ? div_up(per_param * psi, w) : per_param * psi;
-    if (strategy == "fsdp") {
+    if (sharded_params) {
       m.comm_buckets = 3 * s.layer_params * d;               // gradient staging of up to three layers
       m.gathered_resident = s.root_params * d;                 // the root unit stays whole
       m.gathered = m.gathered_resident + 2 * s.layer_params * d;  // and two layers at a time
@@ -291,13 +293,14 @@ MemoryPlan plan_memory(const config::RunConfig& run, const io::LlamaConfig& mode
   const std::int64_t capacity = static_cast<std::int64_t>(options.gpu_mem_gb * 1e9 * (1 - options.headroom));
   const std::int64_t global = run.train.global_batch_size;
 
-  std::vector<std::pair<std::string, bool>> rows = {{"lora+" + lora_setup(run).strategy, true}};
-  for (const char* name : {"ddp", "zero1", "zero2", "fsdp"}) rows.emplace_back(name, false);
-  for (const auto& [name, lora] : rows) {
+  std::vector<std::pair<config::Strategy, bool>> rows = {{lora_setup(run).strategy, true}};
+  for (std::size_t i = 0; i < config::choice_names<config::Strategy>().size(); ++i)
+    rows.emplace_back(static_cast<config::Strategy>(i), false);
+  for (const auto& [strategy, lora] : rows) {
     StrategyPlan p;
-    p.name = name;
+    p.name = (lora ? "lora+" : "") + config::choice_name(strategy);
+    p.strategy = strategy;
     p.lora = lora;
-    const std::string strategy = lora ? name.substr(5) : name;
     auto at = [&](std::int64_t b) {
       return memory_for(run, model, strategy, lora, b, plan.seq_len, options.gpus, plan.attention);
     };

@@ -67,6 +67,7 @@ struct MemoryBreakdown {
 
 struct StrategyPlan {
   std::string name;             // "ddp", "zero1", "zero2", "fsdp" (full fine-tune) or "lora+<strategy>"
+  config::Strategy strategy = config::Strategy::kDdp;
   bool lora = false;
   MemoryBreakdown at_micro_batch;  // at the chosen micro-batch (1 when nothing fits)
   bool fits = false;
@@ -94,7 +95,7 @@ MemoryPlan plan_memory(const config::RunConfig& run, const io::LlamaConfig& mode
 model::AttentionKernel planned_attention(const std::string& name);
 
 // The breakdown for one strategy and micro-batch (what plan_memory searches over).
-MemoryBreakdown memory_for(const config::RunConfig& run, const io::LlamaConfig& model, const std::string& strategy,
+MemoryBreakdown memory_for(const config::RunConfig& run, const io::LlamaConfig& model, config::Strategy strategy,
                            bool lora, std::int64_t micro_batch, std::int64_t seq_len, std::int64_t gpus,
                            model::AttentionKernel attention);
 

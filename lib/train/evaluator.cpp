@@ -10,7 +10,7 @@
 namespace ft::train {
 
 EvalResult evaluate(model::LlamaForCausalLM& model, const data::TokenFile& file, std::int64_t micro_batch_size,
-                    std::int64_t max_seq_len, bool packing, dist::Communicator& comm, const ForwardHooks& hooks,
+                    std::int64_t max_seq_len, bool packing, comm::Communicator& comm, const ForwardHooks& hooks,
                     std::int64_t loss_chunk_tokens) {
   torch::NoGradGuard no_grad;
   const bool was_training = model->is_training();
@@ -43,7 +43,7 @@ EvalResult evaluate(model::LlamaForCausalLM& model, const data::TokenFile& file,
   }
   const torch::Tensor token_count = torch::full({1}, static_cast<double>(tokens), loss_sum.options());
   const std::vector<double> totals =
-      dist::all_reduce_to_host(comm, torch::cat({loss_sum.reshape({1}), token_count}), dist::ReduceOp::kSum);
+      comm::all_reduce_to_host(comm, torch::cat({loss_sum.reshape({1}), token_count}), comm::ReduceOp::kSum);
   if (was_training) model->train();
   EvalResult r;
   r.tokens = static_cast<std::int64_t>(totals[1]);

@@ -9,7 +9,7 @@
 #include <functional>
 
 #include "data/token_file.h"
-#include "dist/communicator.h"
+#include "comm/communicator.h"
 #include "model/llama_model.h"
 
 namespace ft::train {
@@ -27,7 +27,7 @@ struct ForwardHooks {
 };
 
 EvalResult evaluate(model::LlamaForCausalLM& model, const data::TokenFile& file, std::int64_t micro_batch_size,
-                    std::int64_t max_seq_len, bool packing, dist::Communicator& comm, const ForwardHooks& hooks = {},
+                    std::int64_t max_seq_len, bool packing, comm::Communicator& comm, const ForwardHooks& hooks = {},
                     std::int64_t loss_chunk_tokens = 0);
 
 }  // namespace ft::train

@@ -9,6 +9,7 @@
 #include "io/dtype.h"
 #include "io/safetensors.h"
 #include "model/model_loader.h"
+#include "parallel/strategy_traits.h"
 #include "util/error.h"
 #include "util/file_util.h"
 #include "util/log.h"
@@ -16,7 +17,7 @@
 namespace ft::train {
 
 c10::ScalarType compute_dtype(const config::RunConfig& c) {
-  return io::parse_float_dtype(c.train.precision, "train.precision");
+  return io::scalar_type(c.train.precision);
 }
 
 void check_vocab_size(const io::LlamaConfig& model, const data::Tokenizer& tokenizer, const std::string& config_file) {
@@ -35,8 +36,8 @@ TrainableModel build_trainable_model(const config::RunConfig& c, const data::Tok
   // FSDP on a GPU: the model is loaded into host memory and the strategy moves only this rank's
   // shards to the device (run_training moves the rest after setup), so a model larger than one
   // card can start.
-  load.device = c.parallel.strategy == "fsdp" ? c10::Device(c10::kCPU) : device;
-  load.quantize = model::parse_quantization(c.model.quantize, "model.quantize");
+  load.device = parallel::strategy_traits(c.parallel.strategy).loads_model_on_host ? c10::Device(c10::kCPU) : device;
+  load.quantize = c.model.quantize;
   if (load.quantize != model::Quantization::kNone) tm.quantization.emplace();
   tm.model = model::load_llama(c.model.path, load, tm.quantization ? &*tm.quantization : nullptr);
   if (tm.quantization) log::info("base quantized to ", tm.quantization->summary());
@@ -57,6 +58,9 @@ TrainableModel build_trainable_model(const config::RunConfig& c, const data::Tok
       tm.trainable.emplace_back(p.key(), p.value());
     }
   }
+  std::vector<at::Tensor> tensors;
+  for (auto& [name, p] : tm.trainable) tensors.push_back(p);
+  tm.trainable_layers = model::decoder_layers_of(tm.model, tensors);
   std::int64_t trainable = 0, total = 0;
   for (auto& [name, p] : tm.trainable) trainable += p.numel();
   for (auto& p : tm.model->parameters()) total += p.numel();
@@ -65,7 +69,7 @@ TrainableModel build_trainable_model(const config::RunConfig& c, const data::Tok
 }
 
 void write_trained_weights(const config::RunConfig& c, TrainableModel& tm, parallel::ParallelStrategy& strategy,
-                           dist::Communicator& comm, const data::Tokenizer& tokenizer, const std::string& dir) {
+                           comm::Communicator& comm, const data::Tokenizer& tokenizer, const std::string& dir) {
   const bool root = comm.is_root();
   std::string error;  // rank 0's first failure; the gathers go on without writing
   auto on_root = [&](const std::function<void()>& fn) {
@@ -114,7 +118,7 @@ void write_trained_weights(const config::RunConfig& c, TrainableModel& tm, paral
 }
 
 void save_result(const config::RunConfig& c, TrainableModel& tm, parallel::ParallelStrategy& strategy,
-                 dist::Communicator& comm, const data::Tokenizer& tokenizer) {
+                 comm::Communicator& comm, const data::Tokenizer& tokenizer) {
   const std::string dir = join_path(c.run_dir, tm.lora ? "adapter" : "model");
   write_trained_weights(c, tm, strategy, comm, tokenizer, dir);
   if (comm.is_root()) log::info(tm.lora ? "adapter" : "model", " written to ", dir);

@@ -22,6 +22,7 @@ namespace ft::train {
 struct TrainableModel {
   model::LlamaForCausalLM model{nullptr};
   parallel::NamedParameters trainable;    // requires_grad, in model order
+  std::vector<std::int64_t> trainable_layers;  // each one's decoder layer (-1: outside the layers)
   std::optional<model::LoraOptions> lora;  // set for LoRA runs
   std::optional<model::QuantizationReport> quantization;  // set when model.quantize is int8/nf4
 };
@@ -44,10 +45,10 @@ TrainableModel build_trainable_model(const config::RunConfig& config, const data
 // at a time. When rank 0's writing fails (a full disk) it still takes part in every gather and
 // throws at the end, so the other ranks never wait on a collective it skipped.
 void write_trained_weights(const config::RunConfig& config, TrainableModel& model, parallel::ParallelStrategy& strategy,
-                           dist::Communicator& comm, const data::Tokenizer& tokenizer, const std::string& dir);
+                           comm::Communicator& comm, const data::Tokenizer& tokenizer, const std::string& dir);
 
 // After training: write_trained_weights into RUN_DIR/adapter or RUN_DIR/model.
 void save_result(const config::RunConfig& config, TrainableModel& model, parallel::ParallelStrategy& strategy,
-                 dist::Communicator& comm, const data::Tokenizer& tokenizer);
+                 comm::Communicator& comm, const data::Tokenizer& tokenizer);
 
 }  // namespace ft::train

@@ -17,7 +17,7 @@
 #include <string>
 
 #include "config/run_config.h"
-#include "dist/communicator.h"
+#include "comm/communicator.h"
 
 namespace ft::train {
 
@@ -42,7 +42,7 @@ struct ResumeOptions {
 // and writes the results into config.run_dir. Throws ft::Error with the step on a non-finite
 // loss (train.on_nonfinite = "stop") or any other failure.
 // `device`: where the model and batches live (CPU, or this rank's GPU).
-TrainSummary run_training(const config::RunConfig& config, dist::Communicator& comm,
+TrainSummary run_training(const config::RunConfig& config, comm::Communicator& comm,
                           c10::Device device = c10::kCPU, const ResumeOptions& resume = {});
 
 }  // namespace ft::train

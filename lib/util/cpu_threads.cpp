@@ -2,6 +2,8 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
+
 #include <thread>
 
 #include <torch/torch.h>
@@ -24,6 +26,11 @@ std::string blas_description() {
   }
   if (::dlsym(RTLD_DEFAULT, "dgemm_") != nullptr) return "a BLAS other than OpenBLAS (if it is the reference BLAS, matrix products are ~40x slower: install libopenblas0-pthread)";
   return "unknown";
+}
+
+int threads_per_rank(std::int64_t configured, int local_ranks) {
+  if (configured > 0) return static_cast<int>(configured);
+  return std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / std::max(1, local_ranks));
 }
 
 }  // namespace ft

@@ -5,6 +5,7 @@
 // 173 and 2900. So `threads` goes to the BLAS pool and LibTorch's own pool keeps one thread.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 namespace ft {
@@ -12,6 +13,10 @@ namespace ft {
 // Sets the BLAS pool to `threads` (when the BLAS exposes a setter) and LibTorch's intra-op pool
 // to 1. threads <= 0: every core.
 void configure_cpu_threads(int threads);
+
+// The BLAS threads of one rank: train.threads when set (> 0), else the cores shared evenly by the
+// `local_ranks` ranks of this node (at least 1).
+int threads_per_rank(std::int64_t configured, int local_ranks);
 
 // "OpenBLAS 0.3.21 ..." or "reference BLAS (slow: install libopenblas0-pthread)" or "unknown".
 std::string blas_description();

@@ -11,7 +11,7 @@ namespace ft::log {
 
 enum class Level { kDebug = 0, kInfo = 1, kWarn = 2, kError = 3 };
 
-// Called once the rank is known (lib/dist); before that the process counts as rank 0 of 1.
+// Called once the rank is known (lib/comm); before that the process counts as rank 0 of 1.
 void set_rank(int rank, int world_size);
 void set_level(Level level);  // FT_LOG_LEVEL=debug|info|warn|error sets the initial level
 Level level();

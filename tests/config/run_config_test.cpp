@@ -32,13 +32,13 @@ std::string error_of(Json config, const std::vector<std::string>& overrides = {}
 TEST(RunConfig, DefaultsFillEveryKey) {
   RunConfig c = parse_run_config(minimal(), "cfg.json");
   EXPECT_EQ(c.run_dir, "runs/x");
-  EXPECT_EQ(c.data.format, "alpaca");
+  EXPECT_EQ(c.data.format, RecordFormat::kAlpaca);
   EXPECT_EQ(c.data.max_seq_len, 512);
   ASSERT_TRUE(c.lora.has_value());
   EXPECT_EQ(c.lora->r, 8);
   EXPECT_EQ(c.lora->target_modules, (std::vector<std::string>{"q_proj", "v_proj"}));
-  EXPECT_EQ(c.parallel.strategy, "ddp");
-  EXPECT_EQ(c.train.lr_schedule, "cosine");
+  EXPECT_EQ(c.parallel.strategy, Strategy::kDdp);
+  EXPECT_EQ(c.train.lr_schedule, LrSchedule::kCosine);
   EXPECT_DOUBLE_EQ(c.train.lr, 1e-3);
   // The resolved JSON has every key of the schema (lora included since the section is present).
   for (const auto& k : run_config_schema().keys()) {

@@ -202,7 +202,7 @@ TEST(GenerationConfig, EosIdsOneOrMany) {
 
 TEST(TokenizedDataset, BundledShareGptThroughEachChatFormat) {
   config::DataConfig d;
-  d.format = "sharegpt";
+  d.format = config::RecordFormat::kShareGpt;
   d.max_seq_len = 4096;
   for (const Tokenizer* tok : {&bpe_llama3(), &bpe_qwen2(), &sp_llama2()}) {
     const SampleSettings settings = SampleSettings::from_config(d, tok);

@@ -24,7 +24,7 @@ const Tokenizer& llama2() {
 
 SampleSettings settings_for(const char* format, std::int64_t max_seq_len = 4096) {
   config::DataConfig d;
-  d.format = format;
+  d.format = parse_record_format(format);
   d.max_seq_len = max_seq_len;
   return SampleSettings::from_config(d);
 }

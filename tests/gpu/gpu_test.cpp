@@ -24,11 +24,11 @@
 #include <sstream>
 #include <thread>
 
-#include "dist/communicator.h"
-#include "dist/gpu_telemetry.h"
-#include "dist/make_communicator.h"
-#include "dist/nccl_communicator.h"
-#include "dist/store.h"
+#include "comm/communicator.h"
+#include "gpu/gpu_telemetry.h"
+#include "comm/make_communicator.h"
+#include "comm/nccl_communicator.h"
+#include "comm/store.h"
 #include "model/activation_checkpoint.h"
 #include "model/causal_lm_loss.h"
 #include "model/lora.h"
@@ -57,19 +57,19 @@ std::string repo_file(const std::string& relative) {
 
 #ifdef FT_WITH_NCCL
 TEST(GpuNccl, WorldOfOneCollectivesAndStagedNumbers) {
-  auto comm = dist::make_communicator("nccl", kGpu, dist::RankEnv{}, nullptr, 60);
+  auto comm = comm::make_communicator("nccl", kGpu, comm::RankEnv{}, nullptr, 60);
   ASSERT_EQ(comm->backend(), "nccl");
   EXPECT_EQ(comm->device(), kGpu);
   for (auto dtype : {torch::kFloat, torch::kBFloat16, torch::kDouble, torch::kLong}) {
     SCOPED_TRACE(c10::toString(dtype));
     const auto original = torch::arange(1, 1001, torch::TensorOptions().dtype(dtype).device(kGpu));
     auto t = original.clone();
-    comm->all_reduce(t, dist::ReduceOp::kSum)->wait();
+    comm->all_reduce(t, comm::ReduceOp::kSum)->wait();
     EXPECT_TRUE(torch::equal(t, original));
-    comm->all_reduce(t, dist::ReduceOp::kMax)->wait();
+    comm->all_reduce(t, comm::ReduceOp::kMax)->wait();
     EXPECT_TRUE(torch::equal(t, original));
     auto out = torch::zeros_like(original);
-    comm->reduce_scatter(out, original, dist::ReduceOp::kSum)->wait();
+    comm->reduce_scatter(out, original, comm::ReduceOp::kSum)->wait();
     EXPECT_TRUE(torch::equal(out, original));
     out.zero_();
     comm->all_gather(out, original)->wait();
@@ -78,11 +78,11 @@ TEST(GpuNccl, WorldOfOneCollectivesAndStagedNumbers) {
     EXPECT_TRUE(torch::equal(t, original));
   }
   comm->barrier();
-  EXPECT_EQ(dist::all_reduce_values(*comm, {1.5, -2.0, 7.0}, dist::ReduceOp::kSum),
+  EXPECT_EQ(comm::all_reduce_values(*comm, {1.5, -2.0, 7.0}, comm::ReduceOp::kSum),
             (std::vector<double>{1.5, -2.0, 7.0}));
-  EXPECT_EQ(dist::gather_per_rank(*comm, {3.0, 4.0}), (std::vector<std::vector<double>>{{3.0, 4.0}}));
+  EXPECT_EQ(comm::gather_per_rank(*comm, {3.0, 4.0}), (std::vector<std::vector<double>>{{3.0, 4.0}}));
   auto cpu = torch::ones({4});
-  EXPECT_FT_ERROR(comm->all_reduce(cpu, dist::ReduceOp::kSum), "the  tensor is on cpu");
+  EXPECT_FT_ERROR(comm->all_reduce(cpu, comm::ReduceOp::kSum), "the  tensor is on cpu");
 }
 
 TEST(GpuNccl, TwoGpusInTwoThreadsReduceRankValues) {
@@ -92,15 +92,15 @@ TEST(GpuNccl, TwoGpusInTwoThreadsReduceRankValues) {
   std::vector<std::string> errors(2);
   auto rank_main = [&](int rank) {
     try {
-      dist::RankEnv env;
+      comm::RankEnv env;
       env.rank = env.local_rank = rank;
       env.world_size = env.local_world_size = 2;
       env.master_addr = "127.0.0.1";
       env.master_port = port;
-      auto store = dist::Store::connect(env, 30);
-      auto comm = dist::make_nccl_communicator(env, store, rank, 30);
+      auto store = comm::Store::connect(env, 30);
+      auto comm = comm::make_nccl_communicator(env, store, rank, 30);
       auto t = torch::full({8}, static_cast<float>(rank + 1), torch::TensorOptions().device(c10::Device(c10::kCUDA, rank)));
-      comm->all_reduce(t, dist::ReduceOp::kSum)->wait();
+      comm->all_reduce(t, comm::ReduceOp::kSum)->wait();
       auto gathered = torch::zeros({16}, t.options());
       comm->all_gather(gathered, t)->wait();
       auto t_cpu = gathered.cpu();
@@ -240,15 +240,17 @@ TEST(GpuFsdp, ALayersParametersGoBackToTheAllocatorAfterItsForward) {
   model::LlamaForCausalLM m(wide_config(), torch::TensorOptions().dtype(torch::kFloat));
   model::init_weights(m, 3);
   parallel::NamedParameters params;
+  std::vector<at::Tensor> tensors;
   for (auto& p : m->named_parameters()) {
     p.value().set_requires_grad(true);
     params.emplace_back(p.key(), p.value());
+    tensors.push_back(p.value());
   }
-  auto comm = dist::make_single_process_communicator();
+  auto comm = comm::make_single_process_communicator();
   parallel::StrategyOptions options;
   options.device = kGpu;
   parallel::FsdpStrategy fsdp(*comm, options);
-  fsdp.setup(params);
+  fsdp.setup(params, model::decoder_layers_of(m, tensors));
   m->to(kGpu);
   train::MemoryTracker tracker(kGpu);
   // One layer's parameters in fp32: q and o [512, 512], k and v [256, 512], the MLP's three
@@ -369,7 +371,7 @@ TEST(GpuAttention, FusedKernelsEqualEager) {
 }
 
 TEST(GpuTelemetry, NvmlReadsThisGpu) {
-  auto telemetry = dist::GpuTelemetry::open(0);
+  auto telemetry = gpu::GpuTelemetry::open(0);
   ASSERT_NE(telemetry, nullptr) << "NVML did not open (FT_NVML_LIBRARY, libnvidia-ml.so.1)";
   const auto sample = telemetry->sample();
   ASSERT_TRUE(sample.has_value());

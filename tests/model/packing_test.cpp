@@ -41,7 +41,7 @@ TEST(Packing, PackedSamplesHaveTheirOwnLosses) {
   test::TempDir dir;
   data::Tokenizer tokenizer(test::data_path("stories260K"));
   config::DataConfig dc;
-  dc.format = "alpaca";
+  dc.format = config::RecordFormat::kAlpaca;
   dc.max_seq_len = 96;  // samples of at most 96 tokens, packed into rows of 384
   dc.train_on_prompt = true;  // also checks that nothing is learned across a sample boundary
   auto settings = data::SampleSettings::from_config(dc);

@@ -48,7 +48,7 @@ TEST(LrSchedule, ShapesAtTheLandmarks) {
 TEST(LrSchedule, FromConfig) {
   config::TrainConfig train;
   train.lr = 2e-4;
-  train.lr_schedule = "linear";
+  train.lr_schedule = LrScheduleKind::kLinear;
   train.warmup_steps = 3;
   train.min_lr_ratio = 0.0;
   const LrSchedule s = LrSchedule::from_config(train, 13);

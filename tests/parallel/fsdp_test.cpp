@@ -42,11 +42,13 @@ TrainRun train_fsdp(const std::string& strategy, bool checkpointing, bool offloa
   model::LlamaForCausalLM m(small_config(tied), torch::TensorOptions().dtype(torch::kFloat));
   model::init_weights(m, 3);
   NamedParameters params;
+  std::vector<at::Tensor> tensors;
   for (auto& p : m->named_parameters()) {
     p.value().set_requires_grad(true);
     params.emplace_back(p.key(), p.value());
+    tensors.push_back(p.value());
   }
-  auto comm = dist::make_single_process_communicator();
+  auto comm = comm::make_single_process_communicator();
   StrategyOptions options;
   options.adamw.weight_decay = 0.1;
   options.decay_norms = decay_norms;
@@ -54,7 +56,7 @@ TrainRun train_fsdp(const std::string& strategy, bool checkpointing, bool offloa
   std::unique_ptr<ParallelStrategy> s;
   if (strategy == "ddp") s = std::make_unique<DdpStrategy>(*comm, options);
   if (strategy == "fsdp") s = std::make_unique<FsdpStrategy>(*comm, options);
-  s->setup(params);
+  s->setup(params, model::decoder_layers_of(m, tensors));
   torch::manual_seed(5);
   TrainRun run;
   for (int step = 0; step < 4; ++step) {
@@ -154,10 +156,10 @@ TEST(FsdpStrategy, WeightDecayOnNormsOnlyWhenAsked) {
 }
 
 TEST(FsdpStrategy, MakeStrategyKnowsEveryStrategy) {
-  auto comm = dist::make_single_process_communicator();
+  auto comm = comm::make_single_process_communicator();
   config::RunConfig c;
-  for (const char* name : {"ddp", "zero1", "zero2", "fsdp"}) {
-    c.parallel.strategy = name;
+  for (const std::string& name : config::choice_names<config::Strategy>()) {
+    c.parallel.strategy = config::parse_choice<config::Strategy>(name, "parallel.strategy");
     EXPECT_EQ(make_strategy(c, *comm)->name(), name);
   }
 }

@@ -14,23 +14,23 @@ namespace {
 
 // A world of two in one process: all_reduce doubles the tensor (as if the peer held the same
 // gradients) and records when it was called.
-class FakeComm : public dist::Communicator {
+class FakeComm : public comm::Communicator {
  public:
-  struct Done : dist::Work {
+  struct Done : comm::Work {
     void wait() override {}
   };
   int rank() const override { return 0; }
   int world_size() const override { return 2; }
   std::string backend() const override { return "fake"; }
   c10::Device device() const override { return c10::kCPU; }
-  std::shared_ptr<dist::Work> all_reduce(at::Tensor& t, dist::ReduceOp) override {
+  std::shared_ptr<comm::Work> all_reduce(at::Tensor& t, comm::ReduceOp) override {
     t.mul_(2);
     calls.push_back(t.numel());
     return std::make_shared<Done>();
   }
-  std::shared_ptr<dist::Work> reduce_scatter(at::Tensor&, const at::Tensor&, dist::ReduceOp) override { return nullptr; }
-  std::shared_ptr<dist::Work> all_gather(at::Tensor&, const at::Tensor&) override { return nullptr; }
-  std::shared_ptr<dist::Work> broadcast(at::Tensor&, int) override { return std::make_shared<Done>(); }
+  std::shared_ptr<comm::Work> reduce_scatter(at::Tensor&, const at::Tensor&, comm::ReduceOp) override { return nullptr; }
+  std::shared_ptr<comm::Work> all_gather(at::Tensor&, const at::Tensor&) override { return nullptr; }
+  std::shared_ptr<comm::Work> broadcast(at::Tensor&, int) override { return std::make_shared<Done>(); }
   void barrier() override {}
   std::vector<std::int64_t> calls;
 };

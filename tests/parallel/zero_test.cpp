@@ -73,9 +73,9 @@ TEST(ShardLayout, ShardSegmentsFollowTheFlatBufferElementByElement) {
 
 // Two ranks in one process: the peer holds the same gradients, so reduce_scatter returns twice
 // this rank's chunk. Records the calls.
-class FakeTwoRanks : public dist::Communicator {
+class FakeTwoRanks : public comm::Communicator {
  public:
-  struct Done : dist::Work {
+  struct Done : comm::Work {
     void wait() override {}
   };
   explicit FakeTwoRanks(int rank) : rank_(rank) {}
@@ -83,17 +83,17 @@ class FakeTwoRanks : public dist::Communicator {
   int world_size() const override { return 2; }
   std::string backend() const override { return "fake"; }
   c10::Device device() const override { return c10::kCPU; }
-  std::shared_ptr<dist::Work> all_reduce(at::Tensor& t, dist::ReduceOp) override {
+  std::shared_ptr<comm::Work> all_reduce(at::Tensor& t, comm::ReduceOp) override {
     t.mul_(2);
     return std::make_shared<Done>();
   }
-  std::shared_ptr<dist::Work> reduce_scatter(at::Tensor& out, const at::Tensor& in, dist::ReduceOp) override {
+  std::shared_ptr<comm::Work> reduce_scatter(at::Tensor& out, const at::Tensor& in, comm::ReduceOp) override {
     out.copy_(in.view({2, -1})[rank_] * 2);
     calls.push_back(in.numel());
     return std::make_shared<Done>();
   }
-  std::shared_ptr<dist::Work> all_gather(at::Tensor&, const at::Tensor&) override { return nullptr; }
-  std::shared_ptr<dist::Work> broadcast(at::Tensor&, int) override { return std::make_shared<Done>(); }
+  std::shared_ptr<comm::Work> all_gather(at::Tensor&, const at::Tensor&) override { return nullptr; }
+  std::shared_ptr<comm::Work> broadcast(at::Tensor&, int) override { return std::make_shared<Done>(); }
   void barrier() override {}
   std::vector<std::int64_t> calls;
 
@@ -155,7 +155,7 @@ TEST(ReduceScatterBuckets, KeepOnlyTheShardAndLaunchDuringBackward) {
 // in the order autograd would have accumulated, so even with accumulation the results are bitwise.
 std::vector<at::Tensor> train_zero(const std::string& strategy, bool offload, c10::ScalarType dtype = torch::kFloat) {
   ShardedNet net;
-  auto comm = dist::make_single_process_communicator();
+  auto comm = comm::make_single_process_communicator();
   StrategyOptions options;
   options.adamw.weight_decay = 0.1;
   options.bucket_mb = 1.0 / 1024;
@@ -168,7 +168,7 @@ std::vector<at::Tensor> train_zero(const std::string& strategy, bool offload, c1
     torch::NoGradGuard no_grad;
     for (at::Tensor* p : {&net.w1, &net.w2, &net.w3}) *p = p->to(dtype).set_requires_grad(true);
   }
-  s->setup(net.named());
+  s->setup(net.named(), {});  // DDP and ZeRO keep one unit: no layers needed
   for (int step = 0; step < 4; ++step) {
     for (int micro = 0; micro < 2; ++micro) {
       s->before_backward(micro == 1);
@@ -222,11 +222,11 @@ TEST(OptimizerShard, CopiesInChunksThroughASmallBuffer) {
 
 TEST(ZeroStrategy, MemoryReportCountsTheShards) {
   ShardedNet net;
-  auto comm = dist::make_single_process_communicator();
+  auto comm = comm::make_single_process_communicator();
   StrategyOptions options;
   options.offload_optimizer = true;
   ZeroStrategy s(2, *comm, options);
-  s.setup(net.named());
+  s.setup(net.named(), {});
   const std::int64_t psi = 64 * 32 + 32 * 64 + 64;
   const MemoryReport m = s.memory();
   EXPECT_EQ(m.parameters, psi * 4);

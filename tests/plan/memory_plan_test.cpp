@@ -116,10 +116,10 @@ TEST(MemoryPlan, SdpaKeepsNoScoresSoActivationsGrowLinearlyWithLength) {
   const auto run = shipped("llama7b_lora.json", "meta-llama/Llama-2-7b-hf", {"data.packing=false"});
   const auto eager = model::AttentionKernel::kEager, sdpa = model::AttentionKernel::kSdpa;
   for (bool lora : {true, false}) {
-    const auto e2k = memory_for(run, model, "zero2", lora, 1, 2048, 8, eager);
-    const auto s2k = memory_for(run, model, "zero2", lora, 1, 2048, 8, sdpa);
-    const auto s4k = memory_for(run, model, "zero2", lora, 1, 4096, 8, sdpa);
-    const auto e4k = memory_for(run, model, "zero2", lora, 1, 4096, 8, eager);
+    const auto e2k = memory_for(run, model, config::Strategy::kZero2, lora, 1, 2048, 8, eager);
+    const auto s2k = memory_for(run, model, config::Strategy::kZero2, lora, 1, 2048, 8, sdpa);
+    const auto s4k = memory_for(run, model, config::Strategy::kZero2, lora, 1, 4096, 8, sdpa);
+    const auto e4k = memory_for(run, model, config::Strategy::kZero2, lora, 1, 4096, 8, eager);
     // sdpa saves each layer eager's bf16 probabilities and fp32 softmax output (6 bytes per head
     // and score) and keeps a 4-byte log-sum-exp per head and query instead, and under LoRA its
     // bf16 output (which eager's frozen o_proj does not keep); without the s² terms, twice the
@@ -136,8 +136,8 @@ TEST(MemoryPlan, SdpaKeepsNoScoresSoActivationsGrowLinearlyWithLength) {
   // the only difference to unpacked is the mask, [b, 1, s, s] in the compute dtype.
   const auto packed = shipped("llama7b_lora.json", "meta-llama/Llama-2-7b-hf", {"data.packing=true", "train.activation_checkpointing=false"});
   const auto unpacked = shipped("llama7b_lora.json", "meta-llama/Llama-2-7b-hf", {"data.packing=false", "train.activation_checkpointing=false"});
-  EXPECT_EQ(memory_for(packed, model, "ddp", true, 1, 2048, 1, sdpa).activations_full -
-                memory_for(unpacked, model, "ddp", true, 1, 2048, 1, sdpa).activations_full,
+  EXPECT_EQ(memory_for(packed, model, config::Strategy::kDdp, true, 1, 2048, 1, sdpa).activations_full -
+                memory_for(unpacked, model, config::Strategy::kDdp, true, 1, 2048, 1, sdpa).activations_full,
             std::int64_t{2048} * 2048 * 2);
   // ft_plan names the kernel it assumed; auto is this build's.
   PlanOptions o;
@@ -153,9 +153,9 @@ TEST(MemoryPlan, ActivationCheckpointingAndBatchArithmetic) {
   const auto model = model_config("meta-llama/Llama-2-7b-hf");
   const auto run = shipped("llama7b_lora.json", "meta-llama/Llama-2-7b-hf");
   const auto eager = model::AttentionKernel::kEager;
-  const auto with = memory_for(run, model, "ddp", true, 1, 2048, 8, eager);
+  const auto with = memory_for(run, model, config::Strategy::kDdp, true, 1, 2048, 8, eager);
   EXPECT_LT(with.activations_checkpointed * 10, with.activations_full);
-  EXPECT_EQ(memory_for(run, model, "ddp", true, 2, 2048, 8, eager).activations_full, 2 * with.activations_full);
+  EXPECT_EQ(memory_for(run, model, config::Strategy::kDdp, true, 2, 2048, 8, eager).activations_full, 2 * with.activations_full);
   // A global batch that does not divide over the GPUs gets the nearest one that does.
   PlanOptions o;
   o.gpus = 3;

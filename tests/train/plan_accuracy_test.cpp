@@ -106,11 +106,10 @@ TEST_P(PlanAccuracy, ModelStateWithin5PercentAndPeakWithin15PercentOfMeasured) {
   options.gpus = kRanks;
   options.micro_batch = run_config.train.micro_batch_size;
   const MemoryPlan plan = plan_memory(run_config, model, options);
-  const std::string row = (run_config.lora ? "lora+" : "") + run_config.parallel.strategy;
   const StrategyPlan* planned = nullptr;
   for (const auto& p : plan.strategies)
-    if (p.name == row) planned = &p;
-  ASSERT_NE(planned, nullptr) << row;
+    if (p.strategy == run_config.parallel.strategy && p.lora == run_config.lora.has_value()) planned = &p;
+  ASSERT_NE(planned, nullptr) << config::choice_name(run_config.parallel.strategy);
   const MemoryBreakdown& m = planned->at_micro_batch;
   const double planned_held = static_cast<double>(m.held_between_steps() + m.host_batches);
   const double planned_peak = static_cast<double>(m.total() - m.overhead + m.host_batches);

@@ -7,7 +7,7 @@
 #include <fstream>
 
 #include "config/run_config.h"
-#include "dist/communicator.h"
+#include "comm/communicator.h"
 #include "io/peft_adapter.h"
 #include "model/model_loader.h"
 #include "test_support.h"
@@ -35,7 +35,7 @@ using test::read_metrics;
 const auto& losses = test::metric_losses;
 
 TrainSummary train(const Json& config, const std::vector<std::string>& overrides = {}) {
-  auto comm = dist::make_single_process_communicator();
+  auto comm = comm::make_single_process_communicator();
   return run_training(config::parse_run_config(config, "test config", overrides), *comm);
 }
 
@@ -177,7 +177,7 @@ TEST(Trainer, QuantizedBaseRunResumesExactly) {
   const std::vector<std::string> overrides = {"model.quantize=nf4", "checkpoint.every_steps=4"};
   train(tiny(a.path()), overrides);
   EXPECT_TRUE(file_exists(join_path(a.path(), "quantization.json")));
-  auto comm = dist::make_single_process_communicator();
+  auto comm = comm::make_single_process_communicator();
   ResumeOptions resume;
   resume.path = join_path(a.path(), "checkpoints/step_000004");
   TrainSummary s = run_training(config::parse_run_config(tiny(b.path()), "test config", overrides), *comm, c10::kCPU, resume);

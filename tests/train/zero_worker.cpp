@@ -17,8 +17,8 @@
 #include "app_main.h"
 #include "config_args.h"
 #include "data/tokenizer.h"
-#include "dist/make_communicator.h"
-#include "dist/process_exit.h"
+#include "comm/make_communicator.h"
+#include "comm/process_exit.h"
 #include "model/causal_lm_loss.h"
 #include "optim/grad_clip.h"
 #include "parallel/fsdp_strategy.h"
@@ -35,14 +35,14 @@ int run(int argc, char** argv) {
   auto args = options.parse(argc, argv);
   const ft::config::RunConfig c = ft::app::load_config_from_args(args);
   ft::configure_cpu_threads(1);
-  ft::dist::World world = ft::dist::join_world(c, c10::kCPU);
-  ft::dist::Communicator& comm = *world.comm;
+  ft::comm::World world = ft::comm::join_world(c, c10::kCPU);
+  ft::comm::Communicator& comm = *world.comm;
   ft::data::Tokenizer tokenizer(c.model.path);
   ft::train::TrainableModel tm = ft::train::build_trainable_model(c, tokenizer, c10::kCPU);
   std::int64_t psi = 0;
   for (auto& [name, p] : tm.trainable) psi += p.numel();
   auto strategy = ft::parallel::make_strategy(c, comm);
-  strategy->setup(tm.trainable);
+  strategy->setup(tm.trainable, tm.trainable_layers);
 
   const std::int64_t accumulation =
       ft::config::gradient_accumulation_steps(c.train.global_batch_size, c.train.micro_batch_size, comm.world_size());
@@ -107,4 +107,4 @@ int run(int argc, char** argv) {
 
 }  // namespace
 
-int main(int argc, char** argv) { return ft::dist::exit_process(ft::app::run_main("zero_worker", argc, argv, run)); }
+int main(int argc, char** argv) { return ft::comm::exit_process(ft::app::run_main("zero_worker", argc, argv, run)); }
