@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "data/pre_tokenizer.h"
+#include "data/string_id_table.h"
 #include "data/unicode_tables.h"
 #include "util/error.h"
 #include "util/hash.h"
@@ -65,47 +66,6 @@ std::string bpe_field_value(const Json& j) {
 
 namespace bpe_internal {
 
-// Byte string -> id, open addressing; keys live in `pool`.
-class BytesTable {
- public:
-  void build(const std::vector<std::pair<std::string, std::int32_t>>& entries) {
-    std::size_t capacity = 16;
-    while (capacity < 2 * entries.size()) capacity *= 2;
-    slots_.assign(capacity, Slot{});
-    mask_ = capacity - 1;
-    for (const auto& [key, id] : entries) {
-      const std::uint64_t h = table_hash_bytes(key.data(), key.size());
-      for (std::size_t i = h & mask_;; i = (i + 1) & mask_) {
-        Slot& s = slots_[i];
-        if (s.id < 0) {
-          s = Slot{h, static_cast<std::uint32_t>(pool_.size()), static_cast<std::uint32_t>(key.size()), id};
-          pool_ += key;
-          break;
-        }
-        if (s.hash == h && s.size == key.size() && pool_.compare(s.offset, s.size, key) == 0) break;  // first wins
-      }
-    }
-  }
-  std::int32_t find(const char* data, std::size_t size) const {
-    const std::uint64_t h = table_hash_bytes(data, size);
-    for (std::size_t i = h & mask_;; i = (i + 1) & mask_) {
-      const Slot& s = slots_[i];
-      if (s.id < 0) return -1;
-      if (s.hash == h && s.size == size && std::memcmp(pool_.data() + s.offset, data, size) == 0) return s.id;
-    }
-  }
-
- private:
-  struct Slot {
-    std::uint64_t hash = 0;
-    std::uint32_t offset = 0, size = 0;
-    std::int32_t id = -1;
-  };
-  std::vector<Slot> slots_;
-  std::string pool_;
-  std::size_t mask_ = 0;
-};
-
 // (left id, right id) -> (rank, merged id), open addressing on the 64-bit pair key.
 class MergeTable {
  public:
@@ -153,7 +113,6 @@ class MergeTable {
 
 }  // namespace bpe_internal
 
-using bpe_internal::BytesTable;
 using bpe_internal::MergeTable;
 
 struct BpeTokenizer::Impl {
@@ -170,7 +129,7 @@ struct BpeTokenizer::Impl {
   std::vector<std::string> bytes;       // id -> the bytes it decodes to
   std::vector<std::uint8_t> skip;       // id -> dropped by decode (special added token or unused id)
   std::vector<std::uint8_t> assigned;   // id -> used by the vocabulary or an added token
-  BytesTable vocab;                     // byte string -> id (model vocabulary only)
+  StringIdTable vocab;                  // byte string -> id (model vocabulary only)
   std::int32_t byte_id[256];
   MergeTable merges;
   std::unordered_map<std::string, std::int64_t> added;  // added token content -> id
@@ -363,7 +322,8 @@ BpeTokenizer::BpeTokenizer(const std::string& path, const std::string& json) : i
       m.bytes[id] = token;  // ByteLevel's decoder keeps a token with other characters as its UTF-8
     }
   }
-  m.vocab.build(entries);
+  m.vocab.reserve(entries.size());
+  for (const auto& [key, id] : entries) m.vocab.insert(key, id);  // the first of equal byte strings wins
   const ByteMap& map = byte_map();
   for (int b = 0; b < 256; ++b) {
     const char c = static_cast<char>(b);

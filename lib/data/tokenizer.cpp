@@ -13,6 +13,7 @@
 
 #include "data/bpe_tokenizer.h"
 #include "data/sentencepiece_model.h"
+#include "data/string_id_table.h"
 #include "util/error.h"
 #include "util/file_util.h"
 #include "util/hash.h"
@@ -55,64 +56,14 @@ inline std::size_t valid_utf8_len(const unsigned char* p, std::size_t len) {
 
 }  // namespace
 
-// Named, not anonymous: Tokenizer::Impl (declared in the header) holds PieceTables, and gcc
-// warns about a member of an anonymous-namespace type once a unity build includes this file.
-namespace tokenizer_internal {
-
-// Piece string -> id, open addressing with linear probing. Keys point into the model's piece
-// strings, which outlive the table. Read-only after construction, so safe to share.
-class PieceTable {
- public:
-  void reserve(std::size_t count) {
-    std::size_t capacity = 16;
-    while (capacity < 2 * count) capacity *= 2;
-    slots_.assign(capacity, Slot{});
-    mask_ = capacity - 1;
-  }
-  // False when the key is already present.
-  bool insert(std::string_view key, std::int32_t id) {
-    const std::uint64_t h = table_hash_bytes(key.data(), key.size());
-    for (std::size_t i = h & mask_;; i = (i + 1) & mask_) {
-      Slot& s = slots_[i];
-      if (s.id < 0) {
-        s = Slot{h, key.data(), static_cast<std::uint32_t>(key.size()), id};
-        return true;
-      }
-      if (s.hash == h && s.size == key.size() && std::memcmp(s.data, key.data(), key.size()) == 0)
-        return false;
-    }
-  }
-  std::int32_t find(const char* data, std::size_t size) const {
-    const std::uint64_t h = table_hash_bytes(data, size);
-    for (std::size_t i = h & mask_;; i = (i + 1) & mask_) {
-      const Slot& s = slots_[i];
-      if (s.id < 0) return -1;
-      if (s.hash == h && s.size == size && std::memcmp(s.data, data, size) == 0) return s.id;
-    }
-  }
-
- private:
-  struct Slot {
-    std::uint64_t hash = 0;
-    const char* data = nullptr;
-    std::uint32_t size = 0;
-    std::int32_t id = -1;
-  };
-  std::vector<Slot> slots_;
-  std::size_t mask_ = 0;
-};
-
-}  // namespace tokenizer_internal
-
-using tokenizer_internal::PieceTable;
 
 struct Tokenizer::Impl {
   std::string path;
   SentencePieceModel model;
   std::vector<PieceType> types;
   std::vector<float> scores;
-  PieceTable normal;    // NORMAL, USER_DEFINED, UNUSED: the only pieces BPE merges can produce
-  PieceTable reserved;  // UNKNOWN, CONTROL, BYTE: looked up first, as in PieceToId
+  StringIdTable normal;    // NORMAL, USER_DEFINED, UNUSED: the only pieces BPE merges can produce
+  StringIdTable reserved;  // UNKNOWN, CONTROL, BYTE: looked up first, as in PieceToId
   std::vector<std::int32_t> canonical;  // PieceToId(IdToPiece(id)), what Decode works with
   std::int32_t unk = -1;                // the UNKNOWN piece: PieceToId's fallback
   std::int32_t byte_ids[256];
