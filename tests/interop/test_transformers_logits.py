@@ -174,17 +174,23 @@ class RandomModels(unittest.TestCase):
 
     def test_sdpa_kernel(self):
         """ft's sdpa kernel (LibTorch 2.x only; a 1.13 build refuses it, and the test says so)."""
-        ids, pos = batch()
-        for case in ("gqa_untied", "rope_llama3"):
-            model_dir = random_model(case)
-            ft = ic.ft_logits(TMP.path, model_dir, ids, position_ids=pos, attention="sdpa", expect_ok=False)
-            if not isinstance(ft, torch.Tensor):
-                if ic.sdpa_unavailable(ft):
-                    self.skipTest("this ft build's LibTorch has no sdpa: " + ft.stderr.strip().splitlines()[-1])
-                self.fail(f"ft_logits --attention sdpa failed:\n{ft.stderr}")
-            ref = ic.hf_logits(ic.load_hf(model_dir), ids, pos)
-            ref64 = ic.hf_logits(ic.load_hf(model_dir, "float64"), ids, pos)
-            ic.check_fp32(self, f"{case} fp32 sdpa", ft, ref, ref64)
+        check_sdpa_cases(self, ("gqa_untied", "rope_llama3"))
+
+
+def check_sdpa_cases(test, cases):
+    """ft's sdpa kernel against transformers for each random model case; skips the test where this
+    ft build's LibTorch (1.13) has no sdpa."""
+    ids, pos = batch()
+    for case in cases:
+        model_dir = random_model(case)
+        ft = ic.ft_logits(TMP.path, model_dir, ids, position_ids=pos, attention="sdpa", expect_ok=False)
+        if not isinstance(ft, torch.Tensor):
+            if ic.sdpa_unavailable(ft):
+                test.skipTest("this ft build's LibTorch has no sdpa: " + ft.stderr.strip().splitlines()[-1])
+            test.fail(f"ft_logits --attention sdpa failed:\n{ft.stderr}")
+        ref = ic.hf_logits(ic.load_hf(model_dir), ids, pos)
+        ref64 = ic.hf_logits(ic.load_hf(model_dir, "float64"), ids, pos)
+        ic.check_fp32(test, f"{case} fp32 sdpa", ft, ref, ref64)
 
 
 def edited_copy(case, suffix, edit):
@@ -268,17 +274,7 @@ class ModelTypes(unittest.TestCase):
 
     def test_sdpa_kernel(self):
         """The window and the biases with ft's sdpa kernel (LibTorch 2.x only)."""
-        ids, pos = batch()
-        for case in ("mistral_window_8", "qwen2_biases", "qwen2_window_last_layer"):
-            model_dir = random_model(case)
-            ft = ic.ft_logits(TMP.path, model_dir, ids, position_ids=pos, attention="sdpa", expect_ok=False)
-            if not isinstance(ft, torch.Tensor):
-                if ic.sdpa_unavailable(ft):
-                    self.skipTest("this ft build's LibTorch has no sdpa: " + ft.stderr.strip().splitlines()[-1])
-                self.fail(f"ft_logits --attention sdpa failed:\n{ft.stderr}")
-            ref = ic.hf_logits(ic.load_hf(model_dir), ids, pos)
-            ref64 = ic.hf_logits(ic.load_hf(model_dir, "float64"), ids, pos)
-            ic.check_fp32(self, f"{case} fp32 sdpa", ft, ref, ref64)
+        check_sdpa_cases(self, ("mistral_window_8", "qwen2_biases", "qwen2_window_last_layer"))
 
 
 class PackedBatch(unittest.TestCase):
