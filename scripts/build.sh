@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Configures (once) and builds everything with Ninja. Extra arguments go to ninja.
-#   scripts/build.sh                        # Debian's LibTorch 1.13 (CPU) into build/
-#   scripts/build.sh --libtorch pip         # the pip CUDA LibTorch in .venv/ into build-pip/
-#   scripts/build.sh ft_generate            # one target
+# Configures (once) and builds with Ninja: everything, or only the targets named.
+#   scripts/build.sh [--libtorch debian|pip] [TARGET...]
+#   scripts/build.sh                        # everything, Debian's LibTorch 1.13 (CPU) into build/
+#   scripts/build.sh --libtorch pip         # everything, the pip CUDA LibTorch in .venv/ into build-pip/
+#   scripts/build.sh ft_generate            # one target (scripts/demo.sh names the programs it runs)
+# Arguments after --libtorch go to ninja as they are (targets, or options such as -k 0).
 # Another LibTorch (the zip from pytorch.org, a conda or pip torch elsewhere):
 #   cmake -S . -B build-own -G Ninja -DCMAKE_PREFIX_PATH=/path/to/libtorch && ninja -C build-own
 set -euo pipefail
