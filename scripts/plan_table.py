@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Prints the README's table of ft_plan for the shipped LLaMA-2 configs on 1, 2, 4 and 8 x 24 GB
+"""Prints docs/memory.md's table of ft_plan for the shipped LLaMA-2 configs on 1, 2, 4 and 8 x 24 GB
 (GB per GPU at the largest micro-batch that fits, micro-batch x accumulation; "no (N)": needs N GB
 at micro-batch 1), from the config.json files bundled in configs/models (no weights needed: ft_plan
 finds them by the configs' model folder names).

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Checks the module layering of lib/ (README, "Architecture"): a module may include only modules
+"""Checks the module layering of lib/ (docs/architecture.md): a module may include only modules
 listed before it. Prints every violation as FILE:LINE and exits 1 when there is one.
     tests/check_layering.py [REPO_ROOT]
 """

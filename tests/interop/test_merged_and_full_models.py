@@ -114,9 +114,9 @@ class Merge(unittest.TestCase):
         if dtype == "float32":
             peft64 = ic.hf_logits(ic.load_peft(base_dir, adapter_dir, "float64").merge_and_unload(), IDS)
             ic.check_fp32(self, f"merge {case} transformers(ft_merge) vs PEFT merged fp32", ours, peft_logits, peft64)
-            # README: "Merged logits equal base + adapter to 2e-5 in fp32". Both sides carry fp32
-            # rounding (merged: PEFT's merged model is 2e-5 from fp64 on stories260K), so the bound
-            # is 2e-5 or twice the larger of the two references' fp32-vs-fp64 errors.
+            # docs/generation.md: "Merged logits equal base + adapter to 2e-5 in fp32". Both sides
+            # carry fp32 rounding (merged: PEFT's merged model is 2e-5 from fp64 on stories260K), so
+            # the bound is 2e-5 or twice the larger of the two references' fp32-vs-fp64 errors.
             ft_merged = ic.ft_logits(TMP.path, out, IDS)
             ft_unmerged = ic.ft_logits(TMP.path, base_dir, IDS, adapter=adapter_dir)
             own_unmerged = ic.max_abs_diff(ic.hf_logits(ic.load_peft(base_dir, adapter_dir), IDS),
