@@ -2,7 +2,7 @@
 // alone (no weights), the bytes each GPU holds under each strategy, whether that fits, the
 // largest micro-batch that does, and the accumulation steps for the global batch.
 //
-// Model state is counted exactly as the strategies hold it (README "Memory arithmetic"): for a
+// Model state is counted exactly as the strategies hold it (docs/memory.md): for a
 // full fine-tune in mixed precision d bytes of weights and gradients per parameter and 12 of
 // fp32 master + AdamW moments, sharded per ZeRO stage; for LoRA the frozen base in the compute
 // dtype (or int8 / NF4, model/quantization.h) plus fp32 LoRA weights, gradients and moments.

@@ -48,7 +48,7 @@ TEST(MemoryPlan, FullFineTuneModelStateIsTheZeroFormulas) {
   EXPECT_EQ(row(plan, "zero1").at_micro_batch.model_state(), 4 * psi + 12 * psi / w);
   EXPECT_EQ(row(plan, "zero2").at_micro_batch.model_state(), 2 * psi + 14 * psi / w);
   EXPECT_EQ(row(plan, "fsdp").at_micro_batch.model_state(), 16 * psi / w);
-  // 25 GB of model state for zero2 (README): it cannot fit 24 GB without offload.
+  // 25 GB of model state for zero2 (docs/memory.md): it cannot fit 24 GB without offload.
   EXPECT_FALSE(row(plan, "zero2").fits);
   EXPECT_FALSE(row(plan, "ddp").fits);
 }
