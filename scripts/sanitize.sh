@@ -44,7 +44,11 @@ if [ "$kind" = address ]; then
   (cd "$dir" && ctest --output-on-failure --timeout 1800 -j "$(nproc)" -L "unit|multirank" "$@") || status=$?
 else
   ninja -C "$dir" test_data test_multirank comm_worker ft_launch
-  export TSAN_OPTIONS="log_path=$reports/tsan:halt_on_error=1:second_deadlock_stack=1:suppressions=$supp/tsan.supp"
+  # ignore_noninstrumented_modules: calls that uninstrumented LibTorch and libgloo make to
+  # intercepted functions (free, recv, pthread_cond_*) are not recorded, since TSan cannot see the
+  # synchronization around them; it reported gloo's own threads racing on a killed peer's buffers,
+  # about one run in ten, with stacks that cannot be unwound to name. Races in ft's code still are.
+  export TSAN_OPTIONS="log_path=$reports/tsan:halt_on_error=1:second_deadlock_stack=1:ignore_noninstrumented_modules=1:suppressions=$supp/tsan.supp"
   # One thread per rank and no OpenMP pool: what races is ours, not LibTorch's uninstrumented pool.
   export OMP_NUM_THREADS=1
   "$dir/tests/test_data" --gtest_filter='PrefetcherTest.*' || status=$?

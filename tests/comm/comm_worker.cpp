@@ -249,14 +249,16 @@ void check_bytes(Communicator& comm) {
 // A victim dies (SIGKILL) or stops (SIGSTOP) in the middle of a collective; the others must fail.
 void fault(Communicator& comm, const Args& a, int signo, bool idle = false) {
   const int r = comm.rank();
+  // ft_launch sends SIGTERM to everyone once the victim is gone; the survivors carry on, so the
+  // test sees them detect the failure themselves (the launcher's SIGKILL comes after its grace).
+  // Ignored before the warm-up: a slow survivor (under TSan) may still be finishing its last
+  // warm-up all_reduce when the victim, already through it, dies.
+  if (r != a.victim) std::signal(SIGTERM, SIG_IGN);
   for (int k = 0; k < 3; ++k) {
     auto t = torch::ones({1000});
     comm.all_reduce(t, ReduceOp::kSum)->wait();
   }
   auto big = torch::ones({1 << 22});
-  // ft_launch sends SIGTERM to everyone once the victim is gone; the survivors carry on, so the
-  // test sees them detect the failure themselves (the launcher's SIGKILL comes after its grace).
-  if (r != a.victim) std::signal(SIGTERM, SIG_IGN);
   say(r, "warm");
   if (r == a.victim && idle) {
     std::raise(signo);  // between collectives: the others find out at their next one
