@@ -2,8 +2,6 @@
 // against closed forms inside the workers; here the exit codes, the messages users read (which
 // operation, which rank, within which time) and that no process is left behind.
 #include <gtest/gtest.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <torch/torch.h>
