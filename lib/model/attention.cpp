@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 
+#include "model/fused_layer_ops.h"
 #include "model/kv_cache.h"
 #include "model/rotary_embedding.h"
 #include "util/error.h"
@@ -101,10 +102,15 @@ torch::Tensor sdpa_attention(const torch::Tensor& q, torch::Tensor k, torch::Ten
 torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
                                      const AttentionMask& mask, KvCache* cache) {
   const auto b = x.size(0), t = x.size(1);
-  auto q = q_proj(x).view({b, t, num_heads_, head_dim_}).transpose(1, 2);
-  auto k = k_proj(x).view({b, t, num_kv_heads_, head_dim_}).transpose(1, 2);
+  torch::Tensor q = q_proj(x).view({b, t, num_heads_, head_dim_});
+  torch::Tensor k = k_proj(x).view({b, t, num_kv_heads_, head_dim_});
   auto v = v_proj(x).view({b, t, num_kv_heads_, head_dim_}).transpose(1, 2);
-  std::tie(q, k) = apply_rotary(q, k, cos, sin);
+  if (is_training()) {  // rotated before the heads are transposed, in one pass (fused_layer_ops.h)
+    q = fused_rotary(q, cos, sin).transpose(1, 2);
+    k = fused_rotary(k, cos, sin).transpose(1, 2);
+  } else {
+    std::tie(q, k) = apply_rotary(q.transpose(1, 2), k.transpose(1, 2), cos, sin);
+  }
   if (cache != nullptr) std::tie(k, v) = cache->update(static_cast<std::size_t>(layer_index_), k, v);
   const std::int64_t groups = num_heads_ / num_kv_heads_;
   const torch::Tensor out = mask.kernel == AttentionKernel::kSdpa ? sdpa_attention(q, k, v, mask, groups)

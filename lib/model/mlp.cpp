@@ -2,6 +2,8 @@
 
 #include <torch/torch.h>
 
+#include "model/fused_layer_ops.h"
+
 namespace ft::model {
 
 MlpImpl::MlpImpl(const io::LlamaConfig& c, const torch::TensorOptions& options, Quantization quantize) {
@@ -11,6 +13,7 @@ MlpImpl::MlpImpl(const io::LlamaConfig& c, const torch::TensorOptions& options, 
 }
 
 torch::Tensor MlpImpl::forward(const torch::Tensor& x) {
+  if (is_training()) return down_proj(fused_swiglu(gate_proj(x), up_proj(x)));  // fused_layer_ops.h
   return down_proj(torch::silu(gate_proj(x)) * up_proj(x));
 }
 

@@ -1,0 +1,198 @@
+#include "model/fused_layer_ops.h"
+
+#include <ATen/Parallel.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+
+#include "model/fused_cpu_loops.h"
+#include "model/rotary_embedding.h"
+
+namespace ft::model {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+bool cpu_fp32(const at::Tensor& t) { return t.device().is_cpu() && t.scalar_type() == at::kFloat; }
+
+// Rows per task of the RMSNorm backward: each block sums its rows' weight gradient on its own,
+// and the blocks are added in order, so the result does not depend on the number of threads.
+constexpr std::int64_t kRowsPerBlock = 64;
+
+struct RmsNormFunction : torch::autograd::Function<RmsNormFunction> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x_in, const at::Tensor& weight, double eps) {
+    const std::int64_t n = x_in.size(-1);
+    at::Tensor x, y, rstd;
+    if (cpu_fp32(x_in) && cpu_fp32(weight)) {
+      x = x_in.contiguous();
+      const at::Tensor w = weight.contiguous();
+      const std::int64_t rows = x.numel() / n;
+      y = at::empty_like(x);
+      rstd = at::empty({rows}, x.options());
+      const float *xp = x.data_ptr<float>(), *wp = w.data_ptr<float>();
+      float *yp = y.data_ptr<float>(), *rp = rstd.data_ptr<float>();
+      at::parallel_for(0, rows, 16, [&](std::int64_t begin, std::int64_t end) {
+        cpu::rms_norm_forward(xp + begin * n, wp, yp + begin * n, rp + begin, end - begin, n, static_cast<float>(eps));
+      });
+    } else {
+      x = x_in;
+      const at::Tensor h = x.to(at::kFloat);
+      rstd = at::rsqrt(h.pow(2).mean(-1, /*keepdim=*/true) + eps);
+      y = weight * (h * rstd).to(x.scalar_type());
+    }
+    ctx->save_for_backward({x, weight, rstd});
+    return y;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const variable_list saved = ctx->get_saved_variables();
+    const at::Tensor &x = saved[0], &weight = saved[1], &rstd = saved[2];
+    const bool need_x = ctx->needs_input_grad(0), need_w = ctx->needs_input_grad(1);
+    const std::int64_t n = x.size(-1);
+    at::Tensor dx, dw;
+    if (cpu_fp32(x) && cpu_fp32(weight)) {
+      const at::Tensor dy = grads[0].contiguous();
+      const at::Tensor w = weight.contiguous();
+      const std::int64_t rows = x.numel() / n;
+      const std::int64_t blocks = (rows + kRowsPerBlock - 1) / kRowsPerBlock;
+      if (need_x) dx = at::empty_like(x);
+      const at::Tensor partial = need_w ? at::zeros({blocks, n}, x.options()) : at::Tensor();
+      const float *dyp = dy.data_ptr<float>(), *xp = x.data_ptr<float>(), *wp = w.data_ptr<float>(),
+                  *rp = rstd.data_ptr<float>();
+      float* dxp = need_x ? dx.data_ptr<float>() : nullptr;
+      float* pp = need_w ? partial.data_ptr<float>() : nullptr;
+      at::parallel_for(0, blocks, 1, [&](std::int64_t begin, std::int64_t end) {
+        for (std::int64_t b = begin; b < end; ++b) {
+          const std::int64_t first = b * kRowsPerBlock, count = std::min(kRowsPerBlock, rows - first);
+          cpu::rms_norm_backward(dyp + first * n, xp + first * n, wp, rp + first, dxp ? dxp + first * n : nullptr,
+                                 pp ? pp + b * n : nullptr, count, n);
+        }
+      });
+      if (need_w) {
+        dw = partial[0].clone();
+        for (std::int64_t b = 1; b < blocks; ++b) dw.add_(partial[b]);
+        dw = dw.view(weight.sizes());
+      }
+    } else {
+      // Formula in fp32: x̂ = x·rstd, dx = rstd·(dy·w - x̂·mean(dy·w·x̂)), dw = Σ dy·x̂ (x̂ in x's dtype, as forward).
+      const at::Tensor h = x.to(at::kFloat) * rstd;
+      const at::Tensor dy = grads[0].to(at::kFloat);
+      if (need_x) {
+        const at::Tensor dyw = dy * weight.to(at::kFloat);
+        dx = (rstd * (dyw - h * (dyw * h).mean(-1, /*keepdim=*/true))).to(x.scalar_type());
+      }
+      if (need_w) dw = (dy * h.to(x.scalar_type()).to(at::kFloat)).reshape({-1, n}).sum(0).to(weight.scalar_type());
+    }
+    return {dx, dw, at::Tensor()};
+  }
+};
+
+struct SwigluFunction : torch::autograd::Function<SwigluFunction> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& gate_in, const at::Tensor& up_in) {
+    at::Tensor gate = gate_in, up = up_in, y;
+    if (cpu_fp32(gate) && cpu_fp32(up) && gate.sizes() == up.sizes()) {
+      gate = gate.contiguous();
+      up = up.contiguous();
+      y = at::empty_like(gate);
+      const float *gp = gate.data_ptr<float>(), *up_ = up.data_ptr<float>();
+      float* yp = y.data_ptr<float>();
+      at::parallel_for(0, gate.numel(), 1 << 14, [&](std::int64_t begin, std::int64_t end) {
+        cpu::swiglu_forward(gp + begin, up_ + begin, yp + begin, end - begin);
+      });
+    } else {
+      y = at::silu(gate) * up;
+    }
+    ctx->save_for_backward({gate, up});
+    return y;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const variable_list saved = ctx->get_saved_variables();
+    const at::Tensor &gate = saved[0], &up = saved[1];
+    at::Tensor dg, du;
+    if (cpu_fp32(gate) && cpu_fp32(up) && gate.sizes() == up.sizes() && gate.is_contiguous() && up.is_contiguous()) {
+      const at::Tensor dy = grads[0].contiguous();
+      dg = at::empty_like(gate);
+      du = at::empty_like(up);
+      const float *dyp = dy.data_ptr<float>(), *gp = gate.data_ptr<float>(), *up_ = up.data_ptr<float>();
+      float *dgp = dg.data_ptr<float>(), *dup = du.data_ptr<float>();
+      at::parallel_for(0, gate.numel(), 1 << 14, [&](std::int64_t begin, std::int64_t end) {
+        cpu::swiglu_backward(dyp + begin, gp + begin, up_ + begin, dgp + begin, dup + begin, end - begin);
+      });
+    } else {
+      // In fp32 with one rounding to the inputs' dtype at the end, as ATen's silu_backward.
+      const at::Tensor dy = grads[0].to(at::kFloat), g = gate.to(at::kFloat);
+      const at::Tensor s = at::sigmoid(g);
+      du = (dy * (g * s)).to(up.scalar_type());
+      dg = (dy * up.to(at::kFloat) * s * (1 + g * (1 - s))).to(gate.scalar_type());
+    }
+    return {dg, du};
+  }
+};
+
+// cat(z2, -z1): the transpose of rotate_half.
+at::Tensor rotate_half_transposed(const at::Tensor& z) {
+  const std::int64_t half = z.size(-1) / 2;
+  return at::cat({z.narrow(-1, half, half), -z.narrow(-1, 0, half)}, -1);
+}
+
+// out[b,t,h,:] = rotation of x[b,t,h,:] by the angles of (b,t); x's last dimension contiguous.
+at::Tensor rotate_rows(const at::Tensor& x_in, const at::Tensor& cos, const at::Tensor& sin, bool inverse) {
+  const at::Tensor x = x_in.stride(-1) == 1 ? x_in : x_in.contiguous();
+  const std::int64_t b = x.size(0), t = x.size(1), heads = x.size(2), hd = x.size(3);
+  at::Tensor out = at::empty({b, t, heads, hd}, x.options());
+  const std::int64_t sb = x.stride(0), st = x.stride(1), sh = x.stride(2);
+  const std::int64_t cb = cos.size(0) == 1 ? 0 : t * hd;
+  const float *xp = x.data_ptr<float>(), *cp = cos.data_ptr<float>(), *sp = sin.data_ptr<float>();
+  float* op = out.data_ptr<float>();
+  at::parallel_for(0, b * t, 4, [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t bt = begin; bt < end; ++bt) {
+      const std::int64_t bi = bt / t, ti = bt % t;
+      const float* c = cp + bi * cb + ti * hd;
+      const float* s = sp + bi * cb + ti * hd;
+      for (std::int64_t h = 0; h < heads; ++h)
+        cpu::rotary_row(xp + bi * sb + ti * st + h * sh, c, s, op + (bt * heads + h) * hd, hd, inverse);
+    }
+  });
+  return out;
+}
+
+struct RotaryFunction : torch::autograd::Function<RotaryFunction> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& cos_in,
+                            const at::Tensor& sin_in) {
+    const at::Tensor cos = cos_in.contiguous(), sin = sin_in.contiguous();
+    ctx->save_for_backward({cos, sin});
+    if (cpu_fp32(x) && cpu_fp32(cos) && cpu_fp32(sin)) return rotate_rows(x, cos, sin, false);
+    const at::Tensor c = cos.unsqueeze(2), s = sin.unsqueeze(2);  // broadcast over heads
+    return x * c + rotate_half(x) * s;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const variable_list saved = ctx->get_saved_variables();
+    const at::Tensor &cos = saved[0], &sin = saved[1];
+    const at::Tensor& dy = grads[0];
+    at::Tensor dx;
+    if (cpu_fp32(dy) && cpu_fp32(cos) && cpu_fp32(sin)) {
+      dx = rotate_rows(dy, cos, sin, true);
+    } else {
+      const at::Tensor c = cos.unsqueeze(2), s = sin.unsqueeze(2);
+      dx = dy * c + rotate_half_transposed(dy * s);
+    }
+    return {dx, at::Tensor(), at::Tensor()};
+  }
+};
+
+}  // namespace
+
+at::Tensor fused_rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
+  return RmsNormFunction::apply(x, weight, eps);
+}
+
+at::Tensor fused_swiglu(const at::Tensor& gate, const at::Tensor& up) { return SwigluFunction::apply(gate, up); }
+
+at::Tensor fused_rotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+  return RotaryFunction::apply(x, cos, sin);
+}
+
+}  // namespace ft::model

@@ -1,0 +1,175 @@
+// The fused layer operations (model/fused_layer_ops.h) against the ATen chains they replace, in
+// forward and backward: fp32 on the CPU (the raw loops) within 1e-6 of the largest entry, bf16
+// (the generic path) within bf16's rounding; gradients for every input, also a gradient that
+// arrives non-contiguous, as the attention hands it to the rotary embedding. The RMSNorm weight's
+// gradient is the same bits with 1 and 2 threads. And the modules in training mode (fused)
+// against evaluation mode (unfused): a decoder layer with LoRA, its output and every gradient.
+//
+// Tolerance: each fused loop rounds the same operations in the same order as ATen except the sums
+// (RMSNorm's mean of squares and the backward's row dot products, in double here) and exp (a
+// polynomial within about 1 ulp, as LibTorch's vectorized exp): a few fp32 roundings, 2^-24 ≈
+// 6e-8 each, relative to the largest entry. Measured: at most about 3e-7.
+#include <gtest/gtest.h>
+
+#include <ATen/Parallel.h>
+#include <torch/torch.h>
+
+#include "model/decoder_layer.h"
+#include "model/fused_layer_ops.h"
+#include "model/llama_model.h"
+#include "model/lora.h"
+#include "model/rotary_embedding.h"
+
+namespace ft::model {
+namespace {
+
+double relative_difference(const torch::Tensor& a, const torch::Tensor& b) {
+  const auto x = a.to(torch::kDouble), y = b.to(torch::kDouble);
+  return ((x - y).abs().max() / y.abs().max().clamp_min(1e-30)).item<double>();
+}
+
+using Op = std::function<torch::Tensor(const std::vector<torch::Tensor>&)>;
+
+// Output and gradients of every input of `op`, for the incoming gradient `dy`.
+std::vector<torch::Tensor> run(const Op& op, const std::vector<torch::Tensor>& inputs, const torch::Tensor& dy) {
+  std::vector<torch::Tensor> leaves;
+  for (const auto& t : inputs) leaves.push_back(t.detach().clone().requires_grad_(true));
+  const torch::Tensor y = op(leaves);
+  y.backward(dy);
+  std::vector<torch::Tensor> out{y.detach()};
+  for (const auto& l : leaves) out.push_back(l.grad());
+  return out;
+}
+
+void expect_close(const Op& fused, const Op& reference, const std::vector<torch::Tensor>& inputs,
+                  const torch::Tensor& dy, double tolerance, const std::string& what) {
+  const auto a = run(fused, inputs, dy), b = run(reference, inputs, dy);
+  ASSERT_EQ(a.size(), b.size());
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    SCOPED_TRACE(what + (i == 0 ? ": output" : ": gradient of input " + std::to_string(i - 1)));
+    ASSERT_TRUE(a[i].defined() && b[i].defined());
+    EXPECT_EQ(a[i].scalar_type(), b[i].scalar_type());
+    EXPECT_EQ(a[i].sizes(), b[i].sizes());
+    const double d = relative_difference(a[i], b[i]);
+    EXPECT_LT(d, tolerance);
+    std::printf("%-28s %-22s %.2e\n", what.c_str(), i == 0 ? "output" : ("grad " + std::to_string(i - 1)).c_str(), d);
+  }
+}
+
+torch::Tensor unfused_rms_norm(const torch::Tensor& x, const torch::Tensor& w, double eps) {
+  auto h = x.to(torch::kFloat);
+  h = h * torch::rsqrt(h.pow(2).mean(-1, true) + eps);
+  return w * h.to(x.scalar_type());
+}
+
+TEST(FusedLayerOps, RmsNormEqualsTheUnfusedChain) {
+  torch::manual_seed(1);
+  for (const auto dtype : {torch::kFloat, torch::kBFloat16}) {
+    const double tolerance = dtype == torch::kFloat ? 1e-6 : 2e-2;
+    const auto x = (torch::randn({3, 37, 72}) * 3).to(dtype), w = (1 + 0.1 * torch::randn({72})).to(dtype);
+    const auto dy = torch::randn({3, 37, 72}).to(dtype);
+    expect_close([](const auto& in) { return fused_rms_norm(in[0], in[1], 1e-5); },
+                 [](const auto& in) { return unfused_rms_norm(in[0], in[1], 1e-5); }, {x, w}, dy, tolerance,
+                 std::string("rms_norm ") + c10::toString(dtype));
+  }
+}
+
+TEST(FusedLayerOps, RmsNormWeightGradientIsTheSameWithAnyThreadCount) {
+  torch::manual_seed(2);
+  const auto x = torch::randn({300, 64}), w = torch::randn({64}), dy = torch::randn({300, 64});
+  const int threads = at::get_num_threads();
+  std::vector<torch::Tensor> grads;
+  for (const int n : {1, 2}) {
+    at::set_num_threads(n);
+    grads.push_back(run([](const auto& in) { return fused_rms_norm(in[0], in[1], 1e-6); }, {x, w}, dy)[2]);
+  }
+  at::set_num_threads(threads);
+  EXPECT_TRUE(torch::equal(grads[0], grads[1]));
+}
+
+TEST(FusedLayerOps, SwigluEqualsSiluTimesUp) {
+  torch::manual_seed(3);
+  for (const auto dtype : {torch::kFloat, torch::kBFloat16}) {
+    const double tolerance = dtype == torch::kFloat ? 1e-6 : 2e-2;
+    // Wide range: exp's clamp (|g| > 87) and both tails of the sigmoid.
+    auto g = torch::randn({2, 33, 50}) * 4;
+    g.view({-1}).narrow(0, 0, 4).copy_(torch::tensor({-120.f, -88.f, 90.f, 150.f}));
+    const auto u = torch::randn({2, 33, 50}).to(dtype), dy = torch::randn({2, 33, 50}).to(dtype);
+    expect_close([](const auto& in) { return fused_swiglu(in[0], in[1]); },
+                 [](const auto& in) { return torch::silu(in[0]) * in[1]; }, {g.to(dtype), u}, dy, tolerance,
+                 std::string("swiglu ") + c10::toString(dtype));
+  }
+}
+
+TEST(FusedLayerOps, RotaryEqualsRotateHalfWithAGradientThatIsNotContiguous) {
+  torch::manual_seed(4);
+  io::LlamaConfig c;
+  c.head_dim = 16;
+  c.rope_theta = 10000;
+  const RotaryEmbedding rope(c);
+  for (const auto dtype : {torch::kFloat, torch::kBFloat16}) {
+    const double tolerance = dtype == torch::kFloat ? 1e-6 : 2e-2;
+    for (const std::int64_t batch_positions : {1, 2}) {  // cos/sin shared by the batch, or per row
+      const auto positions = torch::arange(11).repeat({batch_positions, 1}) + torch::arange(batch_positions).unsqueeze(1);
+      auto [cos, sin] = rope.cos_sin(positions, dtype);
+      const auto x = torch::randn({2, 11, 3, 16}).to(dtype);
+      // The attention's gradient comes back through transpose(1, 2): [B,T,H,hd] with the heads outermost.
+      const auto dy = torch::randn({2, 3, 11, 16}).to(dtype).transpose(1, 2);
+      const torch::Tensor cs = cos, sn = sin;
+      expect_close([&](const auto& in) { return fused_rotary(in[0], cs, sn); },
+                   [&](const auto& in) {
+                     auto q = in[0].transpose(1, 2);
+                     return apply_rotary(q, q, cs, sn).first.transpose(1, 2);
+                   },
+                   {x}, dy, tolerance, std::string("rotary ") + c10::toString(dtype));
+    }
+  }
+}
+
+io::LlamaConfig fused_test_config() {
+  io::LlamaConfig c;
+  c.vocab_size = 64;
+  c.hidden_size = 48;
+  c.intermediate_size = 80;
+  c.num_hidden_layers = 1;
+  c.num_attention_heads = 4;
+  c.num_key_value_heads = 2;
+  c.head_dim = 12;
+  c.max_position_embeddings = 64;
+  return c;
+}
+
+// A whole model with LoRA on every projection: training mode (every fused operation, LoRA's
+// addmm) against evaluation mode (the unfused chains), logits and every gradient.
+TEST(FusedLayerOps, ATrainingModeModelEqualsTheEvaluationModeOne) {
+  for (const bool lora : {false, true}) {
+    SCOPED_TRACE(lora ? "LoRA" : "full");
+    std::vector<torch::Tensor> logits, grads[2];
+    for (const bool training : {true, false}) {
+      LlamaForCausalLM model(fused_test_config(), torch::TensorOptions().dtype(torch::kFloat));
+      init_weights(model, 7, 0.2);
+      if (lora) {
+        LoraOptions o;
+        o.targets = io::LoraTargets{{"all-linear"}, ""};
+        apply_lora(model, o, 3);
+        torch::NoGradGuard no_grad;
+        for (auto& [name, t] : lora_parameters(model)) t.normal_(0, 0.1);  // B is zero after init
+      }
+      model->train(training);
+      torch::manual_seed(8);
+      const auto ids = torch::randint(0, 64, {2, 19}, torch::kLong);
+      const auto y = model(ids);
+      (y * torch::randn(y.sizes())).sum().backward();
+      logits.push_back(y.detach());
+      for (const auto& p : model->parameters())
+        if (p.requires_grad()) grads[training ? 0 : 1].push_back(p.grad());
+    }
+    EXPECT_LT(relative_difference(logits[0], logits[1]), 1e-6);
+    ASSERT_EQ(grads[0].size(), grads[1].size());
+    ASSERT_FALSE(grads[0].empty());
+    for (std::size_t i = 0; i < grads[0].size(); ++i) EXPECT_LT(relative_difference(grads[0][i], grads[1][i]), 2e-6) << i;
+  }
+}
+
+}  // namespace
+}  // namespace ft::model
