@@ -40,38 +40,78 @@ at::Tensor chunk_logits(const at::Tensor& h, const at::Tensor& weight) {
   return at::mm(h, weight.t()).to(at::kFloat);
 }
 
+// Turns a chunk's exp(x - max) (rows of `e`, in place) into softmax - one_hot(target): the
+// gradient of the rows' summed loss with respect to their logits.
+void softmax_minus_one_hot(at::Tensor& e, const at::Tensor& sum_exp, const at::Tensor& chunk_targets) {
+  e.mul_(sum_exp.reciprocal().unsqueeze(1));
+  const at::Tensor index = chunk_targets.unsqueeze(1);
+  e.scatter_(1, index, e.gather(1, index) - 1);
+}
+
 // Sum over rows of -log softmax(x)[target], x = h · weightᵀ, chunk by chunk (see the header).
+// With `grads_in_forward` (fp32 and bf16) forward also turns each chunk's logits into the chunk's
+// share of the gradients of h and weight, as long as it holds them: no second product with the
+// head in backward (eager PyTorch's full-logits loss makes none either), and backward only
+// multiplies by the incoming gradient (a scalar: the loss is the last operation). fp16 keeps the
+// gradients for backward, where the incoming gradient (the loss scale) lifts them out of fp16's
+// underflow before they are rounded to it.
 struct ChunkedHeadLoss : torch::autograd::Function<ChunkedHeadLoss> {
-  // h [N,H] and weight [V,H] in one dtype; targets [N] int64 in [0, V).
+  // h [N,H] and weight [V,H] in one dtype; targets [N] int64 in [0, V). need_h / need_w: which
+  // gradients to make in forward (grads_in_forward only).
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& h, const at::Tensor& weight,
-                            const at::Tensor& targets, std::int64_t chunk) {
+                            const at::Tensor& targets, std::int64_t chunk, bool grads_in_forward, bool need_h,
+                            bool need_w) {
     const std::int64_t n = h.size(0);
     at::Tensor lse = at::empty({n}, h.options().dtype(at::kFloat));
     at::Tensor losses = at::empty({n}, h.options().dtype(at::kFloat));
+    at::Tensor grad_h = grads_in_forward && need_h ? at::empty_like(h) : at::Tensor();
+    at::Tensor grad_w = grads_in_forward && need_w ? at::zeros_like(weight) : at::Tensor();
     for (std::int64_t start = 0; start < n; start += chunk) {
       const std::int64_t rows = std::min(chunk, n - start);
-      at::Tensor x = chunk_logits(h.narrow(0, start, rows), weight);
-      const at::Tensor target_logit = x.gather(1, targets.narrow(0, start, rows).unsqueeze(1)).squeeze(1);
+      const at::Tensor hc = h.narrow(0, start, rows);
+      const at::Tensor chunk_targets = targets.narrow(0, start, rows);
+      at::Tensor x = chunk_logits(hc, weight);
+      const at::Tensor target_logit = x.gather(1, chunk_targets.unsqueeze(1)).squeeze(1);
       // log-sum-exp in place (no second [rows,V] buffer): max + log(sum(exp(x - max))), as log_softmax.
-      const at::Tensor row_max = std::get<0>(x.max(1, /*keepdim=*/true));
+      const at::Tensor row_max = at::amax(x, {1}, /*keepdim=*/true);
       x.sub_(row_max).exp_();
+      const at::Tensor sum_exp = x.sum(1);
       at::Tensor l = lse.narrow(0, start, rows);
-      at::sum_out(l, x, {1});
-      x = at::Tensor();
-      l.log_().add_(row_max.squeeze(1));
+      at::log_out(l, sum_exp);
+      l.add_(row_max.squeeze(1));
       at::Tensor row_losses = losses.narrow(0, start, rows);
       at::sub_out(row_losses, l, target_logit);
+      if (grad_h.defined() || grad_w.defined()) {
+        softmax_minus_one_hot(x, sum_exp, chunk_targets);
+        const at::Tensor dx = x.to(weight.scalar_type());
+        x = at::Tensor();
+        if (grad_h.defined()) {
+          at::Tensor out = grad_h.narrow(0, start, rows);
+          at::mm_out(out, dx, weight);
+        }
+        if (grad_w.defined()) grad_w.addmm_(dx.t(), hc);
+      }
     }
-    ctx->save_for_backward({h, weight, targets, lse});
+    if (grads_in_forward) {
+      ctx->save_for_backward({grad_h, grad_w});
+    } else {
+      ctx->save_for_backward({h, weight, targets, lse});
+    }
     ctx->saved_data["chunk"] = chunk;
+    ctx->saved_data["grads_in_forward"] = grads_in_forward;
     return losses.sum();  // one sum over all rows, as cross_entropy's reduction
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
     const variable_list saved = ctx->get_saved_variables();
+    const at::Tensor g = grad_outputs[0].to(at::kFloat);
+    if (ctx->saved_data["grads_in_forward"].toBool()) {
+      const at::Tensor &grad_h = saved[0], &grad_w = saved[1];
+      auto scaled = [&](const at::Tensor& t) { return t.defined() ? (t * g).to(t.scalar_type()) : at::Tensor(); };
+      return {scaled(grad_h), scaled(grad_w), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+    }
     const at::Tensor &h = saved[0], &weight = saved[1], &targets = saved[2], &lse = saved[3];
     const std::int64_t chunk = ctx->saved_data["chunk"].toInt();
-    const at::Tensor g = grad_outputs[0].to(at::kFloat);
     const bool need_h = ctx->needs_input_grad(0), need_w = ctx->needs_input_grad(1);
     at::Tensor grad_h = need_h ? at::empty_like(h) : at::Tensor();
     at::Tensor grad_w = need_w ? at::zeros_like(weight) : at::Tensor();
@@ -95,7 +135,7 @@ struct ChunkedHeadLoss : torch::autograd::Function<ChunkedHeadLoss> {
         }
         if (need_w) grad_w.addmm_(dx.t(), hc);
       }
-    return {grad_h, grad_w, at::Tensor(), at::Tensor()};
+    return {grad_h, grad_w, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
@@ -119,7 +159,11 @@ LossSum chunked_causal_lm_loss(const at::Tensor& hidden, const at::Tensor& weigh
   const at::Tensor targets = flat_labels.index_select(0, index + 1);
   LossSum out;
   out.tokens = index.size(0);
-  out.sum = ChunkedHeadLoss::apply(rows, weight, targets, chunk_tokens);
+  // Gradients are made in forward only when autograd will ask for them (not in evaluation).
+  const bool need_h = torch::GradMode::is_enabled() && rows.requires_grad();
+  const bool need_w = torch::GradMode::is_enabled() && weight.requires_grad();
+  const bool grads_in_forward = (need_h || need_w) && weight.scalar_type() != at::kHalf;
+  out.sum = ChunkedHeadLoss::apply(rows, weight, targets, chunk_tokens, grads_in_forward, need_h, need_w);
   return out;
 }
 

@@ -29,10 +29,13 @@ LossSum causal_lm_loss(const at::Tensor& logits, const at::Tensor& labels);
 // whole sequence ("cut cross-entropy"): only positions whose shifted label is not -100 are
 // selected (prompt tokens cost nothing), and their logits are computed `chunk_tokens` rows at a
 // time (in weight's dtype, then fp32 for the log-softmax), keeping per row only its log-sum-exp.
-// Backward computes each chunk's logits again and turns them into the gradients of the hidden
-// states and (when it requires grad: full fine-tune, tied embedding) of `weight`, so a step's
-// extra memory is one chunk's logits (chunk_tokens x V x (4 + dtype bytes)), not the sequence's.
-// The loss and the gradients equal causal_lm_loss(linear(hidden, weight), labels)'s up to the
+// In training (fp32, bf16) forward also turns each chunk's logits into that chunk's share of the
+// gradients of the hidden states and (when it requires grad: full fine-tune, tied embedding) of
+// `weight`, and backward only scales them by the incoming gradient: the head's product is made
+// once per chunk, as eager PyTorch's full-logits loss makes it. In fp16 backward computes each
+// chunk's logits again (the loss scale must reach the gradients before they are rounded to fp16).
+// A step's extra memory is one chunk's logits (chunk_tokens x V x (4 + dtype bytes)), not the
+// sequence's. The loss and the gradients equal causal_lm_loss(linear(hidden, weight), labels)'s up to the
 // rounding of summing in another order. `weight` gets a gradient (zeros) even when no label is
 // a target, as in the unchunked path, so gradient hooks fire alike. chunk_tokens > 0.
 LossSum chunked_causal_lm_loss(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& labels,

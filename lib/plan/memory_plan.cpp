@@ -170,15 +170,16 @@ std::int64_t edge_activation_bytes(const Shapes& s, std::int64_t batch, std::int
 // fp32) its fp32 conversion and the loss's fp32 log-softmax kept for backward. Chunked: one chunk
 // of target rows at a time (every position is counted as a target, as with packing): its logits
 // in d and their fp32 conversion (one buffer in fp32, where the conversion is the same tensor),
-// which backward turns in place into the gradient and then converts back to d; plus the selected
-// hidden rows and, when the head trains, the weight gradient [V, H] that backward accumulates.
+// which forward turns in place into the gradient and then converts back to d; plus the selected
+// hidden rows, their gradient (made in forward; fp16 keeps the rows for backward instead) and,
+// when the head trains, the weight gradient [V, H] accumulated chunk by chunk.
 std::int64_t logits_bytes(const Shapes& s, std::int64_t batch, std::int64_t seq, std::int64_t d, std::int64_t chunk,
                           bool head_trainable) {
   const std::int64_t positions = batch * (seq - 1);
   if (chunk <= 0)
     return batch * seq * s.vocab * d + positions * s.vocab * (d + (d < 4 ? 4 : 0)) + positions * s.vocab * 4;
   const std::int64_t rows = std::min(chunk, positions);
-  return rows * s.vocab * (4 + (d < 4 ? d : 0)) + positions * s.hidden * d +
+  return rows * s.vocab * (4 + (d < 4 ? d : 0)) + 2 * positions * s.hidden * d +
          (head_trainable ? s.vocab * s.hidden * d : 0);
 }
 
