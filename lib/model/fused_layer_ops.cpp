@@ -75,14 +75,17 @@ struct RmsNormFunction : torch::autograd::Function<RmsNormFunction> {
         dw = dw.view(weight.sizes());
       }
     } else {
-      // Formula in fp32: x̂ = x·rstd, dx = rstd·(dy·w - x̂·mean(dy·w·x̂)), dw = Σ dy·x̂ (x̂ in x's dtype, as forward).
-      const at::Tensor h = x.to(at::kFloat) * rstd;
+      // Formula in fp32: x̂ = x·rstd, dx = rstd·(dy·w - x̂·mean(dy·w·x̂)), dw = Σ dy·x̂ (x̂ in x's dtype, as
+      // forward). In place where the tensor is our own: the fp32 temporaries of a backward are the
+      // step's peak on top of what every layer keeps (dy may be the incoming gradient itself).
+      at::Tensor h = x.to(at::kFloat) * rstd;
       const at::Tensor dy = grads[0].to(at::kFloat);
-      if (need_x) {
-        const at::Tensor dyw = dy * weight.to(at::kFloat);
-        dx = (rstd * (dyw - h * (dyw * h).mean(-1, /*keepdim=*/true))).to(x.scalar_type());
-      }
       if (need_w) dw = (dy * h.to(x.scalar_type()).to(at::kFloat)).reshape({-1, n}).sum(0).to(weight.scalar_type());
+      if (need_x) {
+        at::Tensor dyw = dy * weight.to(at::kFloat);
+        const at::Tensor mean = (dyw * h).mean(-1, /*keepdim=*/true);
+        dx = dyw.sub_(h.mul_(mean)).mul_(rstd).to(x.scalar_type());
+      }
     }
     return {dx, dw, at::Tensor()};
   }
@@ -121,11 +124,12 @@ struct SwigluFunction : torch::autograd::Function<SwigluFunction> {
         cpu::swiglu_backward(dyp + begin, gp + begin, up_ + begin, dgp + begin, dup + begin, end - begin);
       });
     } else {
-      // In fp32 with one rounding to the inputs' dtype at the end, as ATen's silu_backward.
-      const at::Tensor dy = grads[0].to(at::kFloat), g = gate.to(at::kFloat);
-      const at::Tensor s = at::sigmoid(g);
-      du = (dy * (g * s)).to(up.scalar_type());
-      dg = (dy * up.to(at::kFloat) * s * (1 + g * (1 - s))).to(gate.scalar_type());
+      // The unfused chain's backward, operation for operation (mul's, then silu_backward's, which
+      // computes in fp32 inside the kernel): the same values as eager autograd in every dtype, and
+      // no fp32 copies of [tokens, intermediate] tensors alive at once.
+      const at::Tensor& dy = grads[0];
+      du = dy * at::silu(gate);
+      dg = at::silu_backward(dy * up, gate);
     }
     return {dg, du};
   }

@@ -1,7 +1,8 @@
 // The fused layer operations (model/fused_layer_ops.h) against the ATen chains they replace, in
 // forward and backward: fp32 on the CPU (the raw loops) within 1e-6 of the largest entry, bf16
-// (the generic path) within bf16's rounding; gradients for every input, also a gradient that
-// arrives non-contiguous, as the attention hands it to the rotary embedding. The RMSNorm weight's
+// (the generic path) within bf16's rounding (SwiGLU's: the same bits); gradients for every
+// input, also a gradient that arrives non-contiguous, as the attention hands it to the rotary
+// embedding. The RMSNorm weight's
 // gradient is the same bits with 1 and 2 threads. And the modules in training mode (fused)
 // against evaluation mode (unfused): a decoder layer with LoRA, its output and every gradient.
 //
@@ -51,7 +52,7 @@ void expect_close(const Op& fused, const Op& reference, const std::vector<torch:
     EXPECT_EQ(a[i].scalar_type(), b[i].scalar_type());
     EXPECT_EQ(a[i].sizes(), b[i].sizes());
     const double d = relative_difference(a[i], b[i]);
-    EXPECT_LT(d, tolerance);
+    EXPECT_LE(d, tolerance);
     std::printf("%-28s %-22s %.2e\n", what.c_str(), i == 0 ? "output" : ("grad " + std::to_string(i - 1)).c_str(), d);
   }
 }
@@ -90,7 +91,8 @@ TEST(FusedLayerOps, RmsNormWeightGradientIsTheSameWithAnyThreadCount) {
 TEST(FusedLayerOps, SwigluEqualsSiluTimesUp) {
   torch::manual_seed(3);
   for (const auto dtype : {torch::kFloat, torch::kBFloat16}) {
-    const double tolerance = dtype == torch::kFloat ? 1e-6 : 2e-2;
+    // bf16 runs the unfused chain's own operations, forward and backward: the same bits.
+    const double tolerance = dtype == torch::kFloat ? 1e-6 : 0.0;
     // Wide range: exp's clamp (|g| > 87) and both tails of the sigmoid.
     auto g = torch::randn({2, 33, 50}) * 4;
     g.view({-1}).narrow(0, 0, 4).copy_(torch::tensor({-120.f, -88.f, 90.f, 150.f}));
