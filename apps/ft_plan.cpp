@@ -109,6 +109,7 @@ int run(int argc, char** argv) {
       ("model", "plan this model: a folder with config.json, or a Hugging Face name bundled in configs/models "
                 "(" FT_MODEL_CATALOG_DIR "); replaces model.path. Without CONFIG: a bf16 full fine-tune at 2048 tokens",
        cxxopts::value<std::string>())
+      ("cpu", "plan for training on the CPU (no CUDA context; memory is host memory)")
       ("json", "print the plan as JSON")
       ("h,help", "show this help");
   auto args = options.parse(argc, argv);
@@ -121,6 +122,7 @@ int run(int argc, char** argv) {
   plan_options.gpu_mem_gb = args["gpu-mem-gb"].as<double>();
   plan_options.seq_len = args["seq-len"].as<std::int64_t>();
   plan_options.micro_batch = args["micro-batch"].as<std::int64_t>();
+  plan_options.cpu = args.count("cpu") > 0;
   if (args.count("attention")) plan_options.attention = args["attention"].as<std::string>();
   if (plan_options.micro_batch < 0) throw ft::app::UsageError{"--micro-batch must be positive"};
   if (plan_options.gpus <= 0) throw ft::app::UsageError{"--gpus must be positive"};

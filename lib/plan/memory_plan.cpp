@@ -108,19 +108,22 @@ struct AttentionShape {
 // dtype it already has is the same tensor, so fp32 (d = 4) keeps fewer than bf16. A frozen
 // projection does not keep its input (no weight gradient to compute): under LoRA below fp32 a
 // projection's input in d is kept by nobody, only the adapters' fp32 copies of it are.
-//   each RMSNorm: its fp32 input, the normalized value in d (for its weight's gradient: not with
-//   LoRA), the output in d (the projections' input);
+// Training runs the fused RMSNorm and SwiGLU (model/fused_layer_ops.h), which keep only their inputs:
+//   each RMSNorm: its input in d, one fp32 scale per token, the output in d (the projections'
+//   input);
 //   eager attention: q after rotary, K and V (repeated to the query heads when grouped: the
 //   copies are kept, the originals not), the fp32 softmax output and, below fp32, the
 //   probabilities in d (s² per head), the attention output (o_proj's input);
 //   sdpa attention: q, K and V as the kernel took them (repeated only with a mask), its output
 //   (laid out [b, s, heads, hd], so o_proj's input is the same tensor) and an fp32 log-sum-exp
 //   per query and head;
-//   SwiGLU: gate, silu(gate), up and their product; a LoRA branch: its fp32 input (below fp32),
-//   the rank-r hidden, and with dropout the mask and the dropped copy.
+//   SwiGLU: gate, up and their product (down_proj's input); a LoRA branch: the rank-r hidden and
+//   either its fp32 input (below fp32) or, with dropout, the dropped fp32 copy and the mask in
+//   its place (dropout_mask_bytes per element: 1 on CUDA, whose dropout keeps a bool mask; 4 on
+//   the CPU, whose dropout keeps fp32 noise; 0 without dropout).
 // The scores themselves are transient (see attention_backward_bytes).
 std::int64_t layer_activation_bytes(const Shapes& s, std::int64_t batch, std::int64_t seq, std::int64_t d, bool lora,
-                                    const std::vector<std::int64_t>& lora_inputs, std::int64_t r, bool dropout,
+                                    const std::vector<std::int64_t>& lora_inputs, std::int64_t r, std::int64_t dropout_mask_bytes,
                                     const AttentionShape& attention) {
   const std::int64_t t = batch * seq;
   const std::int64_t h = s.hidden, q = s.heads * s.head_dim, kv = s.kv_heads * s.head_dim;
@@ -128,7 +131,7 @@ std::int64_t layer_activation_bytes(const Shapes& s, std::int64_t batch, std::in
   const std::int64_t below_fp32 = d < 4 ? 1 : 0;
   const std::int64_t inputs_kept = !lora || d == 4 ? 1 : 0;  // the projections' inputs in d
   std::int64_t bytes = 0;
-  bytes += 2 * t * h * (4 + (lora ? 0 : d) + inputs_kept * d);  // two RMSNorms (a frozen weight needs no normalized value)
+  bytes += 2 * (t * h * (d + inputs_kept * d) + t * 4);  // two RMSNorms
   if (attention.sdpa) {
     const bool repeated = grouped && attention.masked;
     bytes += t * q * d + (repeated ? 2 * t * q : 2 * t * kv) * d;  // q (rotary), K and V
@@ -139,8 +142,9 @@ std::int64_t layer_activation_bytes(const Shapes& s, std::int64_t batch, std::in
     bytes += batch * s.heads * seq * seq * (4 + below_fp32 * d);  // softmax output, probabilities
     bytes += inputs_kept * t * q * d;                      // attention output
   }
-  bytes += (3 + inputs_kept) * t * s.intermediate * d;   // gate, silu(gate), up, product
-  for (std::int64_t in : lora_inputs) bytes += t * (below_fp32 * in * 4 + r * 4 + (dropout ? in * 5 : 0));
+  bytes += (2 + inputs_kept) * t * s.intermediate * d;   // gate, up, their product
+  for (std::int64_t in : lora_inputs)
+    bytes += t * (r * 4 + (dropout_mask_bytes > 0 ? in * (4 + dropout_mask_bytes) : below_fp32 * in * 4));
   return bytes;
 }
 
@@ -160,9 +164,9 @@ std::int64_t mask_bytes(std::int64_t batch, std::int64_t seq, const AttentionSha
   return attention.masked ? batch * seq * seq * attention.mask_dtype_bytes : 0;
 }
 
-// Kept at the top of the stack: the final RMSNorm (as a layer's).
-std::int64_t edge_activation_bytes(const Shapes& s, std::int64_t batch, std::int64_t seq, std::int64_t d, bool lora) {
-  return batch * seq * s.hidden * (4 + (lora ? 0 : d) + d);
+// Kept at the top of the stack: the final RMSNorm (as a layer's; its output is the head's input).
+std::int64_t edge_activation_bytes(const Shapes& s, std::int64_t batch, std::int64_t seq, std::int64_t d) {
+  return batch * seq * (s.hidden * 2 * d + 4);
 }
 
 // What the output head and the loss hold at the end of the forward and the start of backward
@@ -202,7 +206,7 @@ model::AttentionKernel planned_attention(const std::string& name) {
 
 MemoryBreakdown memory_for(const config::RunConfig& run, const io::LlamaConfig& model, config::Strategy strategy,
                            bool lora, std::int64_t micro_batch, std::int64_t seq_len, std::int64_t gpus,
-                           model::AttentionKernel kernel) {
+                           model::AttentionKernel kernel, bool cpu) {
   const Shapes s = shapes_of(model);
   const std::int64_t d = static_cast<std::int64_t>(c10::elementSize(io::scalar_type(run.train.precision)));
   const parallel::StrategyTraits traits = parallel::strategy_traits(strategy);
@@ -221,12 +225,12 @@ MemoryBreakdown memory_for(const config::RunConfig& run, const io::LlamaConfig& 
   MemoryBreakdown m;
   std::vector<std::int64_t> lora_inputs;
   std::int64_t r = 0;
-  bool dropout = false;
+  std::int64_t dropout_mask_bytes = 0;
   if (lora) {
     const LoraSetup l = lora_setup(run);
     const std::int64_t psi_l = lora_parameters(s, l.options, &lora_inputs);
     r = l.options.r;
-    dropout = l.options.dropout > 0;
+    if (l.options.dropout > 0) dropout_mask_bytes = cpu ? 4 : 1;
     // The frozen base, in the compute dtype or quantized, on every rank.
     std::int64_t base = s.params * d;
     if (l.quantize != model::Quantization::kNone) {
@@ -267,16 +271,16 @@ MemoryBreakdown memory_for(const config::RunConfig& run, const io::LlamaConfig& 
   // mask) or in the backward of the top layer's attention (the loss's buffers freed by then);
   // with checkpointing, each layer's input is kept and one layer at a time is recomputed (its
   // mask with it).
-  const std::int64_t layer = layer_activation_bytes(s, micro_batch, seq_len, d, lora, lora_inputs, r, dropout, attention);
+  const std::int64_t layer = layer_activation_bytes(s, micro_batch, seq_len, d, lora, lora_inputs, r, dropout_mask_bytes, attention);
   const std::int64_t mask = mask_bytes(micro_batch, seq_len, attention);
   m.logits = logits_bytes(s, micro_batch, seq_len, d, run.train.loss_chunk_tokens, /*head_trainable=*/!lora);
-  const std::int64_t forward_end = edge_activation_bytes(s, micro_batch, seq_len, d, lora) + m.logits + mask;
+  const std::int64_t forward_end = edge_activation_bytes(s, micro_batch, seq_len, d) + m.logits + mask;
   const std::int64_t top_attention_backward = attention_backward_bytes(s, micro_batch, seq_len, attention);
   m.activations_full = s.layers * layer + std::max(forward_end, top_attention_backward);
   m.activations_checkpointed = s.layers * micro_batch * seq_len * s.hidden * d +
                                std::max(forward_end, layer + top_attention_backward + mask);
   m.activations = run.train.activation_checkpointing ? m.activations_checkpointed : m.activations_full;
-  m.overhead = kFrameworkOverhead;
+  m.overhead = cpu ? 0 : kFrameworkOverhead;
   return m;
 }
 
@@ -303,7 +307,7 @@ MemoryPlan plan_memory(const config::RunConfig& run, const io::LlamaConfig& mode
     p.strategy = strategy;
     p.lora = lora;
     auto at = [&](std::int64_t b) {
-      return memory_for(run, model, strategy, lora, b, plan.seq_len, options.gpus, plan.attention);
+      return memory_for(run, model, strategy, lora, b, plan.seq_len, options.gpus, plan.attention, options.cpu);
     };
     if (options.micro_batch > 0) {
       p.micro_batch = at(options.micro_batch).total() <= capacity ? options.micro_batch : 0;

@@ -37,6 +37,9 @@ struct PlanOptions {
   // The attention kernel to plan for: "sdpa", "eager", "auto" (sdpa where this build's LibTorch
   // has it); empty = the config's model.attention.
   std::string attention;
+  // Plan for training on the CPU (the tiny model, the tests that measure the plan): no framework
+  // overhead, and dropout keeps fp32 noise instead of CUDA's byte-per-element mask.
+  bool cpu = false;
 };
 
 // Per GPU, in bytes, for one micro-batch size.
@@ -97,6 +100,6 @@ model::AttentionKernel planned_attention(const std::string& name);
 // The breakdown for one strategy and micro-batch (what plan_memory searches over).
 MemoryBreakdown memory_for(const config::RunConfig& run, const io::LlamaConfig& model, config::Strategy strategy,
                            bool lora, std::int64_t micro_batch, std::int64_t seq_len, std::int64_t gpus,
-                           model::AttentionKernel attention);
+                           model::AttentionKernel attention, bool cpu = false);
 
 }  // namespace ft::plan
