@@ -105,18 +105,19 @@ function(ft_add_program name)
   endif()
 endfunction()
 
-# ft_add_test(NAME SOURCES ... DEPS ... LABELS ... [TIMEOUT s] [SANITIZED_FILTER f]): one
+# ft_add_test(NAME SOURCES ... DEPS ... LABELS ... [TIMEOUT s] [LEAN_FILTER f]): one
 # GoogleTest executable, registered with CTest as one test carrying the given labels (unit,
-# reference, multirank). SANITIZED_FILTER (a --gtest_filter) narrows a long suite in sanitizer
-# builds to the cases that reach code the others do not: the plain build runs every case.
+# reference, multirank). LEAN_FILTER (a --gtest_filter) narrows a long suite to the cases that
+# reach code the others do not, in sanitizer builds and with FT_LEAN_SUITES (CI's second LibTorch,
+# whose cases the first one already ran in full); a plain build runs every case.
 function(ft_add_test name)
-  cmake_parse_arguments(ARG "" "TIMEOUT;SANITIZED_FILTER" "SOURCES;DEPS;LABELS" ${ARGN})
+  cmake_parse_arguments(ARG "" "TIMEOUT;LEAN_FILTER" "SOURCES;DEPS;LABELS" ${ARGN})
   add_executable(${name} ${ARG_SOURCES})
   target_link_libraries(${name} PRIVATE ${ARG_DEPS} ft_test_support GTest::gtest GTest::gtest_main)
   ft_use_common_settings(${name})
   set_target_properties(${name} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
-  if(FT_SANITIZE AND ARG_SANITIZED_FILTER)
-    add_test(NAME ${name} COMMAND ${name} --gtest_filter=${ARG_SANITIZED_FILTER})
+  if((FT_SANITIZE OR FT_LEAN_SUITES) AND ARG_LEAN_FILTER)
+    add_test(NAME ${name} COMMAND ${name} --gtest_filter=${ARG_LEAN_FILTER})
   else()
     add_test(NAME ${name} COMMAND ${name})
   endif()

@@ -18,6 +18,8 @@ esac
 
 libtorch_cmake_args() {
   cmake_args=()
+  # FT_LEAN_SUITES=1: the longest suites run their LEAN_FILTER cases only (CI's pip stage).
+  if [ -n "${FT_LEAN_SUITES:-}" ]; then cmake_args+=("-DFT_LEAN_SUITES=$([ "$FT_LEAN_SUITES" = 1 ] && echo ON || echo OFF)"); fi
   [ "$libtorch" = pip ] || return 0
   local torch_cmake
   torch_cmake=$(ls -d .venv/lib/python3*/site-packages/torch/share/cmake 2>/dev/null | head -1 || true)
