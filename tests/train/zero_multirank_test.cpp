@@ -1,5 +1,6 @@
 // Sharded strategies with real processes: ft_launch starts 2 or 4 ft_train ranks on Gloo.
-// ZeRO-1, ZeRO-2 and FSDP, with and without optimizer offload and activation checkpointing, give
+// ZeRO-1, ZeRO-2 and FSDP, with and without optimizer offload and activation checkpointing (those
+// two on 2 ranks; 4 ranks check the strategies themselves), give
 // DDP's losses and final weights (1e-5 relative, fp32) over 20 steps with gradient accumulation,
 // for LoRA (the adapter) and full fine-tuning (the model written through
 // for_each_full_parameter); offload changes no bit on the CPU. Each strategy's bytes handed to
@@ -121,11 +122,13 @@ void equivalence(int ranks, bool lora, const std::string& batch) {
     const RunResult fsdp = train(ranks, lora, batch + " --set parallel.strategy=fsdp");
     expect_same_run(fsdp, ddp, 1e-5);
     expect_fsdp_comm_bytes(fsdp, ddp, 2);
-    SCOPED_TRACE("fsdp, offload: bitwise");
-    expect_same_run(train(ranks, lora, batch + " --set parallel.strategy=fsdp --set parallel.offload_optimizer=true"),
-                    fsdp, 0);
+    if (ranks == 2) {
+      SCOPED_TRACE("fsdp, offload: bitwise");
+      expect_same_run(train(ranks, lora, batch + " --set parallel.strategy=fsdp --set parallel.offload_optimizer=true"),
+                      fsdp, 0);
+    }
   }
-  {
+  if (ranks == 2) {
     // Checkpointing recomputes each layer in backward (for FSDP, right after gathering it again).
     for (const char* strategy : {"ddp", "zero1", "zero2", "fsdp"}) {
       SCOPED_TRACE(std::string(strategy) + ", activation checkpointing");
@@ -146,12 +149,12 @@ void equivalence(int ranks, bool lora, const std::string& batch) {
     expect_same_run(zero2, ddp, 1e-5);
     expect_comm_bytes(zero2, ddp, 3);  // accumulation 2
   }
-  {
+  if (ranks == 2) {
+    // Offload and checkpointing change nothing that depends on the number of ranks (the same
+    // shards are offloaded, the same layers recomputed): 4 ranks check the four strategies only.
     SCOPED_TRACE("zero2, offload: bitwise");
     expect_same_run(train(ranks, lora, batch + " --set parallel.strategy=zero2 --set parallel.offload_optimizer=true"),
                     zero2, 0);
-  }
-  if (ranks == 2) {
     SCOPED_TRACE("zero1, offload: bitwise");
     expect_same_run(train(ranks, lora, batch + " --set parallel.strategy=zero1 --set parallel.offload_optimizer=true"),
                     zero1, 0);
