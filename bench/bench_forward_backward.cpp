@@ -9,12 +9,17 @@
 //     --intermediate 5632 --batch 8 --seq 2048            (~1B parameters on a GPU, one command)
 //   bench_forward_backward --layers 2 --hidden 256 --heads 4 --kv-heads 4 --intermediate 688 --vocab 128256
 //     --batch 1 --seq 2048 --steps 1 --loss-chunk 0     (Llama 3's vocabulary: full logits; 1024 = chunked)
+//   bench_forward_backward --lora-r 8 --lora-targets q_proj,v_proj   (LoRA: the base frozen)
+//   bench_forward_backward --profile step.json   (one more step under LibTorch's profiler, a Chrome
+//                                                  trace: bench/profile_step.py sums it per operator)
 #include <cxxopts.hpp>
 
 #include <cstdio>
 #include <iostream>
+#include <sstream>
 #include <thread>
 
+#include <torch/csrc/autograd/profiler_legacy.h>
 #include <torch/torch.h>
 
 #include "app_main.h"
@@ -22,6 +27,7 @@
 #include "bench/training_flops.h"
 #include "model/causal_lm_loss.h"
 #include "model/llama_model.h"
+#include "model/lora.h"
 #include "train/memory_tracker.h"
 #include "train/metrics_log.h"
 #include "util/cpu_threads.h"
@@ -48,6 +54,9 @@ int run(int argc, char** argv) {
       ("threads", "CPU threads (default: all cores)", cxxopts::value<int>())
       ("loss-chunk", "target tokens per chunk of the head + cross-entropy (train.loss_chunk_tokens); 0 = full logits",
        cxxopts::value<std::int64_t>()->default_value("1024"))
+      ("lora-r", "LoRA rank; 0 = full fine-tuning", cxxopts::value<std::int64_t>()->default_value("0"))
+      ("lora-targets", "comma-separated projections LoRA applies to", cxxopts::value<std::string>()->default_value("q_proj,v_proj"))
+      ("profile", "write a Chrome trace of one more step to this file", cxxopts::value<std::string>())
       ("h,help", "show this help");
   auto args = options.parse(argc, argv);
   if (args.count("help")) {
@@ -77,11 +86,23 @@ int run(int argc, char** argv) {
       ft::bench::measure_matmul_peak(device, dtype, at::get_num_threads(), device.is_cpu() ? 2048 : 0).flops_per_s / 1e9;
   ft::model::LlamaForCausalLM model(c, torch::TensorOptions().dtype(dtype));
   ft::model::init_weights(model, 1234);
+  const std::int64_t lora_r = args["lora-r"].as<std::int64_t>();
+  std::int64_t lora_parameters = 0;
+  if (lora_r > 0) {
+    ft::model::LoraOptions lora;
+    lora.r = lora_r;
+    lora.alpha = 2.0 * static_cast<double>(lora_r);
+    lora.targets.names.clear();
+    std::stringstream names(args["lora-targets"].as<std::string>());
+    for (std::string name; std::getline(names, name, ',');) lora.targets.names.push_back(name);
+    ft::model::apply_lora(model, lora, 1);
+    for (const auto& [name, t] : ft::model::lora_parameters(model)) lora_parameters += t.numel();
+  }
   model->to(device);
   model->model->attention_kernel = ft::model::parse_attention_kernel(args["attention"].as<std::string>(), "--attention");
   ft::train::MemoryTracker memory(device);
   // PaLM's model FLOPs per token (the one ft_bench uses).
-  const double flops_per_token = ft::bench::training_flops_per_token(c, seq, /*lora_parameters=*/0);
+  const double flops_per_token = ft::bench::training_flops_per_token(c, seq, lora_parameters);
 
   auto gen = at::detail::createCPUGenerator(7);
   auto ids = torch::randint(0, c.vocab_size, {batch, seq}, gen, torch::kLong).to(device);
@@ -103,6 +124,12 @@ int run(int argc, char** argv) {
   }
   sync();
   const double seconds = watch.seconds();
+  if (args.count("profile")) {
+    torch::autograd::profiler::RecordProfile profile(args["profile"].as<std::string>());
+    step();
+    model->zero_grad();
+    sync();
+  }
   const double tokens_per_s = batch * seq * steps / seconds;
   const double gflops = tokens_per_s * flops_per_token / 1e9;
   std::printf("model: %.1fM parameters, %lld layers, hidden %lld, heads %lld/%lld, vocab %lld, %s, %s attention, on %s\n",
@@ -110,6 +137,9 @@ int run(int argc, char** argv) {
               (long long)c.num_attention_heads, (long long)c.num_key_value_heads, (long long)c.vocab_size,
               args["dtype"].as<std::string>().c_str(), ft::model::attention_kernel_name(model->model->attention_kernel),
               device.str().c_str());
+  if (lora_r > 0)
+    std::printf("LoRA: r %lld on %s, %.2fM trainable parameters, the base frozen\n", (long long)lora_r,
+                args["lora-targets"].as<std::string>().c_str(), static_cast<double>(lora_parameters) / 1e6);
   std::printf("BLAS: %s\n", ft::blas_description().c_str());
   std::printf("threads: %d (BLAS; LibTorch's own pool 1), batch %lld x %lld tokens, %d steps\n",
               args.count("threads") ? args["threads"].as<int>() : static_cast<int>(std::thread::hardware_concurrency()),
