@@ -4,6 +4,7 @@
 //   ft_plan configs/llama13b_zero2.json --gpus 8
 //   ft_plan configs/llama7b_lora.json --gpus 2 --gpu-mem-gb 24 --seq-len 4096 --json
 //   ft_plan --model meta-llama/Llama-2-13b-hf --gpus 8      # a bundled config.json, default recipe
+//   ft_plan configs/llama3_8b_lora.json --max-seq-len       # the longest sequence each strategy fits
 // Without the weights, model.path's config.json comes from configs/models/ORG/NAME/ (see
 // io/model_catalog.h).
 #include <cxxopts.hpp>
@@ -34,6 +35,7 @@ ft::Json to_json(const ft::plan::MemoryPlan& plan) {
                           {"fits", p.fits},
                           {"micro_batch", p.micro_batch},
                           {"grad_accum", p.grad_accum},
+                          {"max_seq_len", p.max_seq_len},
                           {"global_batch", p.global_batch},
                           {"note", p.note},
                           {"bytes",
@@ -57,7 +59,8 @@ ft::Json to_json(const ft::plan::MemoryPlan& plan) {
           {"recommendation", plan.recommendation}};
 }
 
-void print_table(const ft::plan::MemoryPlan& plan, const ft::config::RunConfig& run) {
+void print_table(const ft::plan::MemoryPlan& plan, const ft::config::RunConfig& run, const ft::io::LlamaConfig& model,
+                 bool longest_sequence) {
   std::printf("%s: %.2fB parameters (LoRA row: %.1fM trainable), %s, %lld tokens per sequence, %lld GPU%s x %.1f GB%s\n",
               run.source.c_str(), plan.parameters / 1e9, plan.lora_parameters / 1e6, ft::config::choice_name(run.train.precision).c_str(),
               (long long)plan.seq_len, (long long)plan.options.gpus, plan.options.gpus == 1 ? "" : "s",
@@ -82,6 +85,14 @@ void print_table(const ft::plan::MemoryPlan& plan, const ft::config::RunConfig& 
                     : "full logits, train.loss_chunk_tokens 0");
     if (m.host_optimizer > 0) std::printf("%-12s host memory per rank for the offloaded optimizer: %.2f GB\n", "", gb(m.host_optimizer));
     if (!p.note.empty()) std::printf("%-12s note: %s\n", "", p.note.c_str());
+    if (longest_sequence) {
+      std::printf("%-12s longest sequence at micro-batch 1: %lld tokens%s%s\n", "", (long long)p.max_seq_len,
+                  p.max_seq_len >= ft::plan::kLongestPlannedSequence ? " or more" : "",
+                  p.max_seq_len > model.max_position_embeddings
+                      ? (" (beyond the model's max_position_embeddings, " +
+                         std::to_string(model.max_position_embeddings) + ")").c_str()
+                      : "");
+    }
   }
   std::printf("%s\n", plan.recommendation.c_str());
 }
@@ -109,6 +120,7 @@ int run(int argc, char** argv) {
       ("model", "plan this model: a folder with config.json, or a Hugging Face name bundled in configs/models "
                 "(" FT_MODEL_CATALOG_DIR "); replaces model.path. Without CONFIG: a bf16 full fine-tune at 2048 tokens",
        cxxopts::value<std::string>())
+      ("max-seq-len", "also print each strategy's longest sequence that fits at micro-batch 1")
       ("cpu", "plan for training on the CPU (no CUDA context; memory is host memory)")
       ("json", "print the plan as JSON")
       ("h,help", "show this help");
@@ -142,7 +154,7 @@ int run(int argc, char** argv) {
   if (args.count("json")) {
     std::cout << to_json(plan).dump(2) << std::endl;
   } else {
-    print_table(plan, config);
+    print_table(plan, config, model, args.count("max-seq-len") > 0);
   }
   return 0;
 }

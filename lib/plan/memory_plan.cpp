@@ -284,6 +284,27 @@ MemoryBreakdown memory_for(const config::RunConfig& run, const io::LlamaConfig& 
   return m;
 }
 
+// The largest seq in [1, kLongestPlannedSequence] with bytes(seq) <= capacity (0: none), for bytes
+// that never fall as the sequence grows: doubling, then bisection.
+template <typename BytesAt>
+std::int64_t longest_fitting_sequence(const BytesAt& bytes, std::int64_t capacity) {
+  if (bytes(1) > capacity) return 0;
+  std::int64_t fits = 1, fails = 2;
+  while (fails <= kLongestPlannedSequence && bytes(fails) <= capacity) {
+    fits = fails;
+    fails *= 2;
+  }
+  if (fails > kLongestPlannedSequence) {
+    fails = kLongestPlannedSequence + 1;
+    if (bytes(kLongestPlannedSequence) <= capacity) return kLongestPlannedSequence;
+  }
+  while (fails - fits > 1) {
+    const std::int64_t mid = fits + (fails - fits) / 2;
+    (bytes(mid) <= capacity ? fits : fails) = mid;
+  }
+  return fits;
+}
+
 MemoryPlan plan_memory(const config::RunConfig& run, const io::LlamaConfig& model, const PlanOptions& options) {
   FT_CHECK(options.gpus > 0, "--gpus must be positive, got ", options.gpus);
   FT_CHECK(options.micro_batch >= 0, "--micro-batch must be positive, got ", options.micro_batch);
@@ -341,6 +362,11 @@ MemoryPlan plan_memory(const config::RunConfig& run, const io::LlamaConfig& mode
       p.at_micro_batch = at(micro);
     }
     p.grad_accum = p.global_batch / (micro * options.gpus);
+    p.max_seq_len = longest_fitting_sequence(
+        [&](std::int64_t seq) {
+          return memory_for(run, model, strategy, lora, 1, seq, options.gpus, plan.attention, options.cpu).total();
+        },
+        capacity);
     plan.strategies.push_back(p);
   }
 

@@ -78,7 +78,13 @@ struct StrategyPlan {
   std::int64_t grad_accum = 0;     // global / (micro · gpus) for the batch below
   std::int64_t global_batch = 0;   // the config's, or the nearest that divides (see note)
   std::string note;                // why the batch values differ from the config's, if they do
+  // The longest sequence whose step fits at micro-batch 1 (with the config's activation
+  // checkpointing and attention kernel; 0: not even one token), up to kLongestPlannedSequence.
+  std::int64_t max_seq_len = 0;
 };
+
+// Where the search for StrategyPlan::max_seq_len stops (16M tokens).
+constexpr std::int64_t kLongestPlannedSequence = std::int64_t{1} << 24;
 
 struct MemoryPlan {
   std::int64_t parameters = 0;         // Ψ, a tied embedding counted once
