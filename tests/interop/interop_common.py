@@ -37,6 +37,22 @@ FP32_TOL = 1e-5
 # Running ft's programs
 
 
+def ft_uses_this_torch():
+    """Whether ft's build links the LibTorch of the torch these tests import (its CMakeCache's
+    Torch_DIR inside the torch package): false for build/ (Debian's 1.13) beside the pip torch,
+    whose CPU bf16 products round differently. True when the build folder cannot tell."""
+    import torch
+    cache = os.path.join(os.path.dirname(BIN), "CMakeCache.txt")
+    if not os.path.exists(cache):
+        return True
+    with open(cache) as f:
+        torch_dir = next((line.split("=", 1)[1].strip() for line in f if line.startswith("Torch_DIR:")), "")
+    if not torch_dir or torch_dir.endswith("-NOTFOUND"):
+        return True
+    package = os.path.realpath(os.path.dirname(torch.__file__))
+    return os.path.realpath(torch_dir).startswith(package + os.sep)
+
+
 def program(name):
     path = os.path.join(BIN, name)
     if not os.access(path, os.X_OK):

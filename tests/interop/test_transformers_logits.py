@@ -102,6 +102,11 @@ def check_bf16(test, case, model_dir, ids, pos, ref32):
     ic.report(f"{case} bf16 ft vs transformers fp32", "logits", ft_err, hf_err + BF16_EPS * scale)
     test.assertLessEqual(d, tol, f"{case}: ft bf16 logits differ from transformers bf16 by {d:.3g}")
     test.assertGreater(ft_err, 100 * ic.FP32_TOL, f"{case}: ft's --dtype bf16 gave fp32 results")
+    if not ic.ft_uses_this_torch():
+        # Against another LibTorch's bf16 kernels the accuracy race says nothing about ft.
+        print(f"{case}: ft is built with another LibTorch than this torch {torch.__version__}: "
+              "its bf16 error is not held to transformers'", flush=True)
+        return
     test.assertLessEqual(ft_err, hf_err + BF16_EPS * scale,
                          f"{case}: ft's bf16 error {ft_err:.3g} exceeds transformers' {hf_err:.3g} by more than a spacing")
 
