@@ -104,12 +104,24 @@ struct BigProblem {
   }
 };
 
-// The fused loop reproduces LibTorch 1.13's kernels; LibTorch 2.x's add_(alpha) and addcdiv_ fuse
-// the multiply and the add (one rounding instead of two), which moves elements where terms cancel
-// by a few units in the last place: 2.0e-6 at the 1e-6 relative floor with 2.15. The fused path
-// itself is held to PyTorch's optimizer at kTolerance by the reference test above, on every build.
+// The fused loop reproduces LibTorch 1.13's kernels: there the two paths agree element by element
+// (max_rel_error, 1e-6 of each element). LibTorch 2.x's add_(alpha) and addcdiv_ fuse the multiply
+// and the add (one rounding instead of two), so where terms cancel an element near zero differs by
+// an ulp of the terms rather than of itself, and how large that is relative to the element depends
+// on the kernel the CPU gets (2.0e-6 measured on an earlier machine; 9.5e-5 on an AVX2-only one, at an
+// element 1e-6 of the largest). On 2.x the paths are held to a few ulps of the largest entry
+// instead. The fused path itself is held to PyTorch's optimizer at kTolerance by the reference
+// test above, on every build.
+double max_error(const torch::Tensor& actual, const torch::Tensor& expected) {
 #if FT_TORCH_AT_LEAST(2, 0)
-constexpr double kTensorOpsTolerance = 1e-5;
+  const auto a = actual.to(torch::kDouble), b = expected.to(torch::kDouble);
+  return ((a - b).abs().max() / b.abs().max()).item<double>();
+#else
+  return max_rel_error(actual, expected);
+#endif
+}
+#if FT_TORCH_AT_LEAST(2, 0)
+constexpr double kTensorOpsTolerance = 5e-7;  // 4 ulps of fp32 (2^-21)
 #else
 constexpr double kTensorOpsTolerance = kTolerance;
 #endif
@@ -122,9 +134,12 @@ TEST(AdamW, FusedEqualsTensorOpsOnALargeSegmentedBuffer) {
   const torch::Tensor fused = problem.run(options, &fused_opt);
   options.fused_cpu = false;
   const torch::Tensor ops = problem.run(options, &ops_opt);
-  EXPECT_LE(max_rel_error(fused, ops), kTensorOpsTolerance);
-  EXPECT_LE(max_rel_error(fused_opt.state().exp_avg, ops_opt.state().exp_avg), kTensorOpsTolerance);
-  EXPECT_LE(max_rel_error(fused_opt.state().exp_avg_sq, ops_opt.state().exp_avg_sq), kTensorOpsTolerance);
+  EXPECT_LE(max_error(fused, ops), kTensorOpsTolerance);
+  EXPECT_LE(max_error(fused_opt.state().exp_avg, ops_opt.state().exp_avg), kTensorOpsTolerance);
+  EXPECT_LE(max_error(fused_opt.state().exp_avg_sq, ops_opt.state().exp_avg_sq), kTensorOpsTolerance);
+  std::printf("fused vs tensor-op AdamW, 1M elements: params %.3g, exp_avg %.3g, exp_avg_sq %.3g\n",
+              max_error(fused, ops), max_error(fused_opt.state().exp_avg, ops_opt.state().exp_avg),
+              max_error(fused_opt.state().exp_avg_sq, ops_opt.state().exp_avg_sq));
   EXPECT_FALSE(torch::equal(fused, problem.params));  // and something did happen
 }
 
