@@ -1,8 +1,9 @@
 // The sdpa attention kernel (at::scaled_dot_product_attention, LibTorch 2.x) against the eager
 // one, on the real TinyStories model (grouped-query attention, 8 query heads over 4 KV heads):
-// logits and every gradient equal in fp32 (1e-5), plain causal and packed batches; bf16 within
-// its rounding; right padding needs no mask; KV-cache generation gives the recorded greedy text;
-// activation checkpointing recomputes it bitwise. Skipped, by name, where LibTorch has no SDPA.
+// logits equal in fp32 (1e-5) and every gradient within 2e-5 of fp64's, plain causal and packed
+// batches; bf16 within its rounding; right padding needs no mask; KV-cache generation gives the
+// recorded greedy text; activation checkpointing recomputes it bitwise. Skipped, by name, where
+// LibTorch has no SDPA.
 #include <gtest/gtest.h>
 
 #include <torch/version.h>
@@ -87,7 +88,26 @@ TEST_F(AttentionKernels, SdpaEqualsEagerInFp32LogitsAndGradients) {
     EXPECT_LT(max_rel(real, packed ? eager.logits : eager.logits[0]), 1e-5);
     EXPECT_LT(max_rel(sdpa.logits[1].narrow(0, 0, 17), eager.logits[1].narrow(0, 0, 17)), 1e-5);
     ASSERT_EQ(sdpa.grads.size(), eager.grads.size());
-    for (std::size_t i = 0; i < sdpa.grads.size(); ++i) EXPECT_LT(max_rel(sdpa.grads[i], eager.grads[i]), 1e-5) << i;
+    // The gradients go back through every layer and sum over the tokens, where terms cancel, so
+    // each kernel is held to the same computation in fp64 rather than to the other: 2e-5 of the
+    // largest entry. Measured, worst over every parameter: eager 3.5e-6; sdpa 5.6e-6 plain and
+    // 1.02e-5 packed (LibTorch's CPU kernel with a mask: its running softmax is rescaled block by
+    // block). A wrong mask or layout is off by orders of magnitude more.
+    auto model64 = load();
+    model64->to(torch::kDouble);
+    const KernelRun exact = run(model64, AttentionKernel::kEager, in);
+    ASSERT_EQ(exact.grads.size(), eager.grads.size());
+    double worst_sdpa = 0, worst_eager = 0;
+    for (std::size_t i = 0; i < sdpa.grads.size(); ++i) {
+      const double e_sdpa = max_rel(sdpa.grads[i].to(torch::kDouble), exact.grads[i]);
+      const double e_eager = max_rel(eager.grads[i].to(torch::kDouble), exact.grads[i]);
+      EXPECT_LT(e_sdpa, 2e-5) << i;
+      EXPECT_LT(e_eager, 2e-5) << i;
+      worst_sdpa = std::max(worst_sdpa, e_sdpa);
+      worst_eager = std::max(worst_eager, e_eager);
+    }
+    std::printf("%s: gradients against fp64, worst of every parameter: sdpa %.2e, eager %.2e\n",
+                packed ? "packed" : "plain causal", worst_sdpa, worst_eager);
   }
 }
 
