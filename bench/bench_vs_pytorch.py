@@ -72,7 +72,7 @@ def ft_run(build, model, data, mode, threads, steps, workdir):
 
 
 def torch_run(model_dir, batches, mode, threads, steps):
-    torch.set_num_threads(threads)
+    eager_llama.set_threads(threads)
     torch.manual_seed(0)
     model = eager_llama.EagerLlama(model_dir, LORA if mode == "lora" else (0, 0, ()))
     optimizer = eager_llama.make_optimizer(model, 1e-4)

@@ -13,6 +13,22 @@ import torch
 import torch.nn.functional as F
 
 SDPA = hasattr(F, "scaled_dot_product_attention")
+
+
+def set_threads(n):
+    """torch.set_num_threads(n), and the same for OpenBLAS, whose own thread pool torch does not
+    size (Debian's torch): without it a "one-thread" eager step ran its matrix products on every
+    core (119 against 62 GFLOP/s for a 2048^3 product on 2 cores). ft sizes it too
+    (util/cpu_threads.cpp)."""
+    import ctypes
+    torch.set_num_threads(n)
+    with open("/proc/self/maps") as maps:
+        libs = {line.split()[-1] for line in maps if "openblas" in line or "libblas" in line}
+    for lib in libs:
+        try:
+            ctypes.CDLL(lib).openblas_set_num_threads(n)
+        except (OSError, AttributeError):
+            pass
 _DTYPES = {"F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16}
 
 

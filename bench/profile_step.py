@@ -70,7 +70,7 @@ def eager_profile(threads, lora_r, work):
     import torch
     sys.path.insert(0, os.path.join(ROOT, "bench"))
     import eager_llama
-    torch.set_num_threads(threads)
+    eager_llama.set_threads(threads)
     model_dir = os.path.join(work, "model")
     subprocess.run([os.path.join(ARGS.build, "bin/make_random_model"), "--out", model_dir, "--hidden",
                     str(SHAPE["hidden"]), "--layers", str(SHAPE["layers"]), "--heads", str(SHAPE["heads"]),
