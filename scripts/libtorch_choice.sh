@@ -27,5 +27,5 @@ libtorch_cmake_args() {
     echo "$(basename "$0"): no pip LibTorch in .venv/: run scripts/setup.sh --libtorch pip first" >&2
     exit 1
   fi
-  cmake_args=("-DCMAKE_PREFIX_PATH=$PWD/$torch_cmake")
+  cmake_args+=("-DCMAKE_PREFIX_PATH=$PWD/$torch_cmake")
 }
