@@ -285,19 +285,17 @@ MemoryBreakdown memory_for(const config::RunConfig& run, const io::LlamaConfig& 
 }
 
 // The largest seq in [1, kLongestPlannedSequence] with bytes(seq) <= capacity (0: none), for bytes
-// that never fall as the sequence grows: doubling, then bisection.
+// that never fall as the sequence grows: doubling (the limit is a power of two, so doubling from 1
+// reaches it exactly), then bisection between the last length that fit and the first that did not.
+static_assert((kLongestPlannedSequence & (kLongestPlannedSequence - 1)) == 0, "a power of two");
 template <typename BytesAt>
 std::int64_t longest_fitting_sequence(const BytesAt& bytes, std::int64_t capacity) {
-  if (bytes(1) > capacity) return 0;
-  std::int64_t fits = 1, fails = 2;
+  std::int64_t fits = 0, fails = 1;
   while (fails <= kLongestPlannedSequence && bytes(fails) <= capacity) {
     fits = fails;
     fails *= 2;
   }
-  if (fails > kLongestPlannedSequence) {
-    fails = kLongestPlannedSequence + 1;
-    if (bytes(kLongestPlannedSequence) <= capacity) return kLongestPlannedSequence;
-  }
+  if (fits == kLongestPlannedSequence) return fits;
   while (fails - fits > 1) {
     const std::int64_t mid = fits + (fails - fits) / 2;
     (bytes(mid) <= capacity ? fits : fails) = mid;

@@ -83,7 +83,7 @@ struct StrategyPlan {
   std::int64_t max_seq_len = 0;
 };
 
-// Where the search for StrategyPlan::max_seq_len stops (16M tokens).
+// Where the search for StrategyPlan::max_seq_len stops (16M tokens; a power of two).
 constexpr std::int64_t kLongestPlannedSequence = std::int64_t{1} << 24;
 
 struct MemoryPlan {

@@ -255,9 +255,9 @@ TEST(FtPlan, AModelByItsHuggingFaceName) {
 // asserted: it is the number issue 22's activation offload is meant to move.
 TEST(MemoryPlan, LongestSequenceIsWhereTheNextTokenNoLongerFits) {
   const auto model = model_config("meta-llama/Llama-3.1-8B");
-  const auto run = shipped("llama3_8b_lora.json", "meta-llama/Llama-3.1-8B",
-                           {"model.quantize=nf4", "lora.r=32", "lora.alpha=64", "lora.dropout=0",
-                            "data.packing=false"});
+  const std::vector<std::string> unsloth = {"model.quantize=nf4", "lora.r=32", "lora.alpha=64", "lora.dropout=0",
+                                            "data.packing=false"};
+  const auto run = shipped("llama3_8b_lora.json", "meta-llama/Llama-3.1-8B", unsloth);
   PlanOptions o;
   o.gpus = 1;
   o.gpu_mem_gb = 24;
@@ -277,9 +277,9 @@ TEST(MemoryPlan, LongestSequenceIsWhereTheNextTokenNoLongerFits) {
   PlanOptions bigger = o;
   bigger.gpu_mem_gb = 80;
   EXPECT_GT(row(plan_memory(run, model, bigger), "lora+ddp").max_seq_len, 3 * lora.max_seq_len);
-  const auto unchecked = shipped("llama3_8b_lora.json", "meta-llama/Llama-3.1-8B",
-                                 {"model.quantize=nf4", "lora.r=32", "lora.alpha=64", "lora.dropout=0",
-                                  "data.packing=false", "train.activation_checkpointing=false"});
+  std::vector<std::string> no_checkpointing = unsloth;
+  no_checkpointing.push_back("train.activation_checkpointing=false");
+  const auto unchecked = shipped("llama3_8b_lora.json", "meta-llama/Llama-3.1-8B", no_checkpointing);
   EXPECT_LT(row(plan_memory(unchecked, model, o), "lora+ddp").max_seq_len, lora.max_seq_len / 4);
 }
 
