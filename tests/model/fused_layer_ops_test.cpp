@@ -2,8 +2,7 @@
 // forward and backward: fp32 on the CPU (the raw loops) within 1e-6 of the largest entry, bf16
 // (the generic path) within bf16's rounding (SwiGLU's: the same bits); gradients for every
 // input, also a gradient that arrives non-contiguous, as the attention hands it to the rotary
-// embedding. The RMSNorm weight's
-// gradient is the same bits with 1 and 2 threads. And the modules in training mode (fused)
+// embedding. The RMSNorm weight's gradient is the same bits with 1 and 2 threads. And the modules in training mode (fused)
 // against evaluation mode (unfused): a decoder layer with LoRA, its output and every gradient.
 //
 // Tolerance: each fused loop rounds the same operations in the same order as ATen except the sums

@@ -134,12 +134,14 @@ TEST(AdamW, FusedEqualsTensorOpsOnALargeSegmentedBuffer) {
   const torch::Tensor fused = problem.run(options, &fused_opt);
   options.fused_cpu = false;
   const torch::Tensor ops = problem.run(options, &ops_opt);
-  EXPECT_LE(max_error(fused, ops), kTensorOpsTolerance);
-  EXPECT_LE(max_error(fused_opt.state().exp_avg, ops_opt.state().exp_avg), kTensorOpsTolerance);
-  EXPECT_LE(max_error(fused_opt.state().exp_avg_sq, ops_opt.state().exp_avg_sq), kTensorOpsTolerance);
-  std::printf("fused vs tensor-op AdamW, 1M elements: params %.3g, exp_avg %.3g, exp_avg_sq %.3g\n",
-              max_error(fused, ops), max_error(fused_opt.state().exp_avg, ops_opt.state().exp_avg),
-              max_error(fused_opt.state().exp_avg_sq, ops_opt.state().exp_avg_sq));
+  const double params = max_error(fused, ops);
+  const double exp_avg = max_error(fused_opt.state().exp_avg, ops_opt.state().exp_avg);
+  const double exp_avg_sq = max_error(fused_opt.state().exp_avg_sq, ops_opt.state().exp_avg_sq);
+  EXPECT_LE(params, kTensorOpsTolerance);
+  EXPECT_LE(exp_avg, kTensorOpsTolerance);
+  EXPECT_LE(exp_avg_sq, kTensorOpsTolerance);
+  std::printf("fused vs tensor-op AdamW, 1M elements: params %.3g, exp_avg %.3g, exp_avg_sq %.3g\n", params, exp_avg,
+              exp_avg_sq);
   EXPECT_FALSE(torch::equal(fused, problem.params));  // and something did happen
 }
 
