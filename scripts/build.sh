@@ -13,7 +13,7 @@ source scripts/libtorch_choice.sh
 libtorch_cmake_args
 if [ ! -f "$build_dir/build.ninja" ]; then
   cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release "${cmake_args[@]}"
-elif [ -n "${FT_LEAN_SUITES:-}" ]; then
+elif ! grep -qx "FT_LEAN_SUITES:BOOL=$lean_suites" "$build_dir/CMakeCache.txt"; then
   cmake "$build_dir" "${cmake_args[@]}" >/dev/null  # the option changes which test cases register
 fi
 ninja -C "$build_dir" "${args[@]}"

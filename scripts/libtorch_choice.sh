@@ -1,7 +1,8 @@
 # Sourced by build.sh and test.sh: reads an optional leading `--libtorch debian|pip` from the
 # arguments and sets `libtorch` and the build folder `build_dir`. The remaining arguments stay in
 # `args`. libtorch_cmake_args sets `cmake_args`, the CMake arguments that pick that LibTorch (it
-# looks in .venv/, so test.sh calls it only after setup.sh has installed the pip LibTorch).
+# looks in .venv/, so test.sh calls it only after setup.sh has installed the pip LibTorch) and the
+# lean suites (`lean_suites`: ON or OFF, from FT_LEAN_SUITES).
 libtorch=debian
 args=("$@")
 if [ "${args[0]:-}" = "--libtorch" ]; then
@@ -18,8 +19,10 @@ esac
 
 libtorch_cmake_args() {
   cmake_args=()
-  # FT_LEAN_SUITES=1: the longest suites run their LEAN_FILTER cases only (CI's pip stage).
-  if [ -n "${FT_LEAN_SUITES:-}" ]; then cmake_args+=("-DFT_LEAN_SUITES=$([ "$FT_LEAN_SUITES" = 1 ] && echo ON || echo OFF)"); fi
+  # FT_LEAN_SUITES=1: the longest suites run their LEAN_FILTER cases only (CI's pip stage); unset,
+  # every case (also in a build folder an earlier lean run configured).
+  lean_suites=$([ "${FT_LEAN_SUITES:-}" = 1 ] && echo ON || echo OFF)
+  cmake_args+=("-DFT_LEAN_SUITES=$lean_suites")
   [ "$libtorch" = pip ] || return 0
   local torch_cmake
   torch_cmake=$(ls -d .venv/lib/python3*/site-packages/torch/share/cmake 2>/dev/null | head -1 || true)
