@@ -6,6 +6,7 @@ the payload handed to collectives per step (metrics.jsonl comm_bytes) and what i
 wire, peak RSS of rank 0, and the bytes each rank's strategy holds (zero_worker's MemoryReport) in
 fp32 and in bf16 mixed precision. Runs the real binaries and reads metrics.jsonl.
     /usr/bin/python3 bench/bench_strategies.py [--build build] [--steps 6] [--accumulation 1] [--repeat 1]
+    /usr/bin/python3 bench/bench_strategies.py --cases zero2,fsdp,fsdp:fsdp_prefetch=0 --repeat 3 --no-memory
 On a shared machine, --repeat N runs every case N times, interleaved, and keeps each case's
 fastest run (timing noise from other processes only ever slows a run down).
 """
@@ -17,8 +18,16 @@ import subprocess
 import sys
 import tempfile
 
-STRATEGIES = [("ddp", False), ("zero1", False), ("zero2", False), ("fsdp", False),
-              ("ddp", True), ("zero1", True), ("zero2", True), ("fsdp", True)]
+DEFAULT_CASES = "ddp,zero1,zero2,fsdp,ddp+offload,zero1+offload,zero2+offload,fsdp+offload"
+
+
+def parse_case(text):
+    """'fsdp+offload:fsdp_prefetch=0' -> (name, strategy, offload, ['parallel.fsdp_prefetch=0'])."""
+    head, *settings = text.split(":")
+    strategy, _, offload = head.partition("+")
+    if strategy not in ("ddp", "zero1", "zero2", "fsdp") or offload not in ("", "offload"):
+        sys.exit(f"bench_strategies: a case is STRATEGY[+offload][:parallel key=value...], got '{text}'")
+    return text, strategy, offload == "offload", [f"parallel.{s}" for s in settings]
 
 
 def run(cmd):
@@ -67,7 +76,10 @@ def main():
     parser.add_argument("--accumulation", type=int, default=1, help="micro-batches per step on each rank")
     parser.add_argument("--repeat", type=int, default=1, help="runs per case; the fastest is kept")
     parser.add_argument("--no-memory", action="store_true", help="skip the MemoryReport tables")
+    parser.add_argument("--cases", default=DEFAULT_CASES,
+                        help="comma-separated STRATEGY[+offload][:parallel key=value...] (default: all eight)")
     args = parser.parse_args()
+    cases = [parse_case(c) for c in args.cases.split(",")]
     tmp = tempfile.mkdtemp(prefix="bench_strategies_")
     model = os.path.join(tmp, "model50m")
     run([os.path.join(args.build, "bin/make_random_model"), "--out", model])
@@ -82,17 +94,17 @@ def main():
 
     print(f"2 ranks x 1 thread, full fine-tune of a random 50M LLaMA, fp32, micro-batch {micro} x 128 tokens, "
           f"accumulation {args.accumulation}, {args.steps} steps (median of steps 2..)")
-    print(f"{'strategy':<16}{'tokens/s':>10}{'step s':>9}{'compute':>9}{'comm wait':>10}{'optimizer':>10}"
+    print(f"{'strategy':<24}{'tokens/s':>10}{'step s':>9}{'compute':>9}{'comm wait':>10}{'optimizer':>10}"
           f"{'payload MB':>12}{'sent MB/rank':>14}{'peak RSS MB':>13}")
     best = {}
     for rep in range(args.repeat):
-        for strategy, offload in STRATEGIES:
-            r = train(args.build, config, strategy, offload, extra, os.path.join(tmp, f"run_{strategy}_{offload}_{rep}"))
-            if (strategy, offload) not in best or r["tokens_per_s"] > best[(strategy, offload)]["tokens_per_s"]:
-                best[(strategy, offload)] = r
+        for i, (name, strategy, offload, settings) in enumerate(cases):
+            r = train(args.build, config, strategy, offload, extra + settings, os.path.join(tmp, f"run_{i}_{rep}"))
+            if name not in best or r["tokens_per_s"] > best[name]["tokens_per_s"]:
+                best[name] = r
     W = 2
-    for strategy, offload in STRATEGIES:
-        r = best[(strategy, offload)]
+    for name, strategy, offload, settings in cases:
+        r = best[name]
         # Sent per rank: all-reduce 2(W-1)/W, reduce-scatter and all-gather (W-1)/W of their payloads
         # (ZeRO-1's payload is half all-reduce, half all-gather).
         if strategy == "ddp":
@@ -101,8 +113,7 @@ def main():
             sent = r["comm_bytes"] / 2 * 2 * (W - 1) / W + r["comm_bytes"] / 2 * (W - 1) / W
         else:  # ZeRO-2 and FSDP: reduce-scatters and all-gathers only
             sent = r["comm_bytes"] * (W - 1) / W
-        name = strategy + ("+offload" if offload else "")
-        print(f"{name:<16}{r['tokens_per_s']:>10.0f}{r['step_s']:>9.3f}{r['compute_s']:>9.3f}{r['comm_s']:>10.3f}"
+        print(f"{name:<24}{r['tokens_per_s']:>10.0f}{r['step_s']:>9.3f}{r['compute_s']:>9.3f}{r['comm_s']:>10.3f}"
               f"{r['optimizer_s']:>10.3f}{r['comm_bytes'] / 1e6:>12.1f}{sent / 1e6:>14.1f}{r['peak_rss'] / 1e6:>13.0f}",
               flush=True)
 
@@ -110,14 +121,13 @@ def main():
         return
     for precision in ("fp32", "bf16"):
         print(f"\nbytes each rank's strategy holds ({precision}, W = 2; MemoryReport from zero_worker), MB:")
-        print(f"{'strategy':<16}{'params':>9}{'grads':>9}{'optimizer':>11}{'host opt':>10}{'host grads':>12}"
+        print(f"{'strategy':<24}{'params':>9}{'grads':>9}{'optimizer':>11}{'host opt':>10}{'host grads':>12}"
               f"{'staging':>9}{'gathered':>10}{'device total':>14}{'per Ψ':>7}")
-        for strategy, offload in STRATEGIES:
-            m = memory(args.build, config, strategy, offload, extra + [f"train.precision={precision}"])
+        for name, strategy, offload, settings in cases:
+            m = memory(args.build, config, strategy, offload, extra + settings + [f"train.precision={precision}"])
             # Model state on the device (FSDP's gathered units are transient, shown apart).
             device = m["parameters"] + m["gradients"] + m["optimizer"]
-            name = strategy + ("+offload" if offload else "")
-            print(f"{name:<16}{m['parameters'] / 1e6:>9.1f}{m['gradients'] / 1e6:>9.1f}{m['optimizer'] / 1e6:>11.1f}"
+            print(f"{name:<24}{m['parameters'] / 1e6:>9.1f}{m['gradients'] / 1e6:>9.1f}{m['optimizer'] / 1e6:>11.1f}"
                   f"{m['host_optimizer'] / 1e6:>10.1f}{m['host_gradients'] / 1e6:>12.1f}{m['grad_staging'] / 1e6:>9.1f}"
                   f"{m['gathered'] / 1e6:>10.1f}"
                   f"{device / 1e6:>14.1f}{device / m['psi']:>7.2f}", flush=True)

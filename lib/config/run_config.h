@@ -57,6 +57,7 @@ struct ParallelConfig {
   Precision grad_comm_dtype = Precision::kFp32;  // the dtype gradients travel in
   bool offload_optimizer = false;
   bool overlap_grad_reduce = true;  // false: all buckets after backward (for measuring the overlap)
+  std::int64_t fsdp_prefetch = 1;   // FSDP: layer units whose gathers are issued ahead of their use
   double timeout_s = 300;
 };
 

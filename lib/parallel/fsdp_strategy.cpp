@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <map>
+#include <utility>
 
 #include "model/activation_checkpoint.h"
 #include "optim/grad_clip.h"
@@ -89,7 +90,10 @@ void FsdpStrategy::setup(NamedParameters params, const std::vector<std::int64_t>
     // Built on the training device: the model may sit on the host, one unit at a time moves over.
     unit.flat = std::make_unique<FlatParameters>(std::move(unit_params), offsets, layout_->region_numel(bucket),
                                                  /*with_grads=*/false, options_.device);
-    if (layer >= 0) unit_of_layer_[static_cast<std::size_t>(layer)] = static_cast<int>(b);
+    if (layer >= 0) {
+      unit_of_layer_[static_cast<std::size_t>(layer)] = static_cast<int>(b);
+      sharded_layers_.push_back(static_cast<std::size_t>(layer));
+    }
     // Every rank starts from rank 0's weights; keep this rank's chunk, then free the rest.
     at::Tensor& values = unit.flat->values();
     comm_.broadcast(values, 0)->wait();
@@ -118,34 +122,69 @@ void FsdpStrategy::setup(NamedParameters params, const std::vector<std::int64_t>
 }
 
 void FsdpStrategy::gather(Unit& unit) {
+  if (!unit.gathered) ++gathers_at_use_;
+  start_gather(unit);
+  finish_gather(unit);
+}
+
+void FsdpStrategy::start_gather(Unit& unit) {
   if (unit.gathered) return;
+  // Counted (and the memory taken) when issued: a prefetched unit occupies its buffer from here.
   allocate_storage(unit.flat->values());
   unit.gathered = true;
   gathered_bytes_ += unit.flat->values().nbytes();
   peak_gathered_bytes_ = std::max(peak_gathered_bytes_, gathered_bytes_);
-  all_gather_into(unit);
+  issue_all_gather(unit);
 }
 
-void FsdpStrategy::all_gather_into(Unit& unit) {
+void FsdpStrategy::issue_all_gather(Unit& unit) {
   Stopwatch watch;
   torch::NoGradGuard no_grad;
   at::Tensor& values = unit.flat->values();
   const ShardBucket& b = layout_->buckets()[unit.bucket];
-  comm_.all_gather(values, shard_values_.narrow(0, b.shard_offset, b.chunk))->wait();
+  unit.pending = comm_.all_gather(values, shard_values_.narrow(0, b.shard_offset, b.chunk));
   if (comm_.world_size() > 1) times_.bytes_reduced += static_cast<double>(values.nbytes());
   times_.communication += watch.seconds();
 }
 
+void FsdpStrategy::finish_gather(Unit& unit) {
+  if (!unit.pending) return;
+  Stopwatch watch;
+  std::shared_ptr<comm::Work> work = std::move(unit.pending);
+  work->wait();
+  times_.communication += watch.seconds();
+}
+
+void FsdpStrategy::prefetch_after(std::size_t layer, bool backward) {
+  const std::size_t k = options_.fsdp_prefetch;
+  if (k == 0) return;
+  const auto here = std::find(sharded_layers_.begin(), sharded_layers_.end(), layer);
+  if (here == sharded_layers_.end()) return;
+  const auto position = static_cast<std::size_t>(here - sharded_layers_.begin());
+  for (std::size_t i = 1; i <= k; ++i) {
+    if (backward ? position < i : position + i >= sharded_layers_.size()) break;
+    const std::size_t next = backward ? position - i : position + i;
+    start_gather(units_[static_cast<std::size_t>(unit_of_layer_[sharded_layers_[next]])]);
+  }
+}
+
 void FsdpStrategy::release(Unit& unit) {
   if (!unit.gathered || unit.resident) return;
+  finish_gather(unit);  // Gloo or NCCL may still be writing into the buffer
   gathered_bytes_ -= unit.flat->values().nbytes();
   release_storage(unit.flat->values());
   unit.gathered = false;
 }
 
+void FsdpStrategy::release_layers() {
+  for (Unit& u : units_) release(u);
+}
+
 std::size_t FsdpStrategy::gathered_units() const {
   return static_cast<std::size_t>(std::count_if(units_.begin(), units_.end(), [](const Unit& u) { return u.gathered; }));
 }
+
+std::size_t FsdpStrategy::take_gathers_at_use() { return std::exchange(gathers_at_use_, 0); }
 
 model::LayerRunner FsdpStrategy::layer_runner(bool activation_checkpointing) {
   return [this, activation_checkpointing](std::size_t index, model::DecoderLayer& layer, const torch::Tensor& x,
@@ -157,12 +196,18 @@ model::LayerRunner FsdpStrategy::layer_runner(bool activation_checkpointing) {
     const int u = index < unit_of_layer_.size() ? unit_of_layer_[index] : -1;
     if (u < 0) return run();  // no trainable parameter in this layer: nothing sharded
     gather(units_[u]);
+    prefetch_after(index, /*backward=*/false);
     torch::Tensor y = run();
     if (y.requires_grad()) {
       // Backward reaches this layer when y's gradient is ready: gather again before the layer's
-      // backward (with checkpointing, its recomputation) reads the parameters. The unit is
-      // released when its gradients have been handed to the reduce-scatter.
-      y.register_hook([this, u](const torch::Tensor&) { gather(units_[u]); });
+      // backward (with checkpointing, its recomputation) reads the parameters, and send for the
+      // layers below. The unit is released when its gradients have been handed to the reduce-scatter.
+      y.register_hook([this, u, index](const torch::Tensor&) {
+        gather(units_[u]);
+        prefetch_after(index, /*backward=*/true);
+      });
+      // The last layer's backward comes next: with prefetch on, it stays whole until then.
+      if (options_.fsdp_prefetch > 0 && index == sharded_layers_.back()) return y;
     }
     release(units_[u]);
     return y;
@@ -177,7 +222,7 @@ void FsdpStrategy::before_backward(bool) {
 void FsdpStrategy::finish_gradients() {
   times_.communication += reduce_scatter_->finish() + reduce_scatter_->take_wait_in_backward();
   times_.bytes_reduced += reduce_scatter_->take_bytes();
-  for (Unit& u : units_) release(u);  // a layer whose backward did not run
+  release_layers();  // a layer whose backward did not run
 }
 
 double FsdpStrategy::grad_sum_of_squares() {
@@ -196,10 +241,15 @@ void FsdpStrategy::step(double lr, double clip_coef) {
 
 void FsdpStrategy::reload_parameters_from_master() {
   torch::NoGradGuard no_grad;
+  // A layer still whole (a forward whose backward never ran) would keep the old values.
+  release_layers();
   if (!shard_->aliased()) shard_->copy_master_to(shard_values_);
   // The root unit stays whole: gather its updated values into it now. The layers gather at their use.
-  for (Unit& u : units_)
-    if (u.resident) all_gather_into(u);
+  for (Unit& u : units_) {
+    if (!u.resident) continue;
+    issue_all_gather(u);
+    finish_gather(u);
+  }
 }
 
 std::vector<ShardPiece> FsdpStrategy::shard_pieces() const { return layout_->shard_pieces(slot_names_, slot_numels_); }

@@ -12,7 +12,14 @@
 // fires just before the recomputation); its gradients are reduce-scattered as soon as they are
 // all accumulated, and the unit released. So at most a layer or two are whole at a time. The
 // root unit stays whole (its parameters are used at both ends of the model), refreshed by an
-// all-gather after each optimizer step. Gathers are synchronous (no prefetch of the next layer).
+// all-gather after each optimizer step.
+//
+// Prefetch (parallel.fsdp_prefetch = k, as PyTorch FSDP's forward_prefetch and BACKWARD_PRE):
+// when a layer's unit is in use, the gathers of the next k units in execution order are already
+// issued, so that they travel while the layer computes. Forward goes 0..L-1, backward L-1..0:
+// the last layer stays whole from its forward to its backward, and backward prefetches the layers
+// below. Nothing is prefetched past layer 0 in backward (the optimizer step changes the shards).
+// With k = 0 every gather waits at the point of use. At most 2 + k layers are whole at a time.
 #pragma once
 
 #include <memory>
@@ -47,28 +54,39 @@ class FsdpStrategy : public ParallelStrategy {
   void for_each_full_parameter(const std::function<void(const std::string&, const at::Tensor&)>& fn) override;
 
   const ShardLayout& layout() const { return *layout_; }
-  // Units whose parameters are whole right now (the root one included).
+  // Units whose parameters are whole right now, or being gathered (the root one included).
   std::size_t gathered_units() const;
+  // Gathers that were issued where the unit was needed, not ahead of it, since the last call.
+  std::size_t take_gathers_at_use();
 
  private:
   struct Unit {
     std::size_t bucket = 0;                 // its bucket in layout_ (units are in bucket order)
     std::unique_ptr<FlatParameters> flat;   // the whole unit; storage freed while released
     bool resident = false;                  // the root unit: never released
-    bool gathered = false;
+    bool gathered = false;                  // its buffer is allocated (and whole once `pending` is done)
+    std::shared_ptr<comm::Work> pending;    // the all-gather in flight into it
   };
-  // Unless the unit is whole: re-allocates its flat buffer and all-gathers the chunks into it.
+  // Makes the unit whole for use: waits for its prefetch, or gathers it now.
   void gather(Unit& unit);
-  // All-gathers the unit's chunks into its allocated flat buffer.
-  void all_gather_into(Unit& unit);
-  // Frees the unit's full buffer (not the root unit's).
+  // Unless the unit is whole or on its way: re-allocates its flat buffer and issues the all-gather.
+  void start_gather(Unit& unit);
+  // All-gathers the unit's chunks into its allocated flat buffer (in flight until finish_gather).
+  void issue_all_gather(Unit& unit);
+  // Waits for the unit's all-gather in flight, if any.
+  void finish_gather(Unit& unit);
+  // Issues the gathers of the `fsdp_prefetch` units that follow `layer` in execution order.
+  void prefetch_after(std::size_t layer, bool backward);
+  // Frees the unit's full buffer (not the root unit's), once its gather in flight has landed.
   void release(Unit& unit);
+  void release_layers();
 
   comm::Communicator& comm_;
   StrategyOptions options_;
   std::unique_ptr<ShardLayout> layout_;
   std::vector<Unit> units_;
   std::vector<int> unit_of_layer_;  // decoder layer -> unit, -1 when it has no trainable parameter
+  std::vector<std::size_t> sharded_layers_;  // the layers that have a unit, in forward order
   struct SlotRef {
     std::size_t unit = 0, index = 0;  // parameter `index` of unit `unit`
   };
@@ -81,6 +99,7 @@ class FsdpStrategy : public ParallelStrategy {
   std::unique_ptr<OptimizerShard> shard_;
   StepTimes times_;
   std::int64_t gathered_bytes_ = 0, peak_gathered_bytes_ = 0;
+  std::size_t gathers_at_use_ = 0;
 };
 
 }  // namespace ft::parallel

@@ -222,6 +222,8 @@ MemoryBreakdown memory_for(const config::RunConfig& run, const io::LlamaConfig& 
   const bool sharded_params = traits.shards_parameters;
   const std::int64_t bucket = static_cast<std::int64_t>(run.parallel.bucket_mb * (1 << 20));
   const std::int64_t buckets_in_flight = traits.grad_buckets_in_flight;
+  // FSDP: the layer in use, the one above it until its gradients are handed off, and the prefetched ones.
+  const std::int64_t layers_whole = 2 + run.parallel.fsdp_prefetch;
   MemoryBreakdown m;
   std::vector<std::int64_t> lora_inputs;
   std::int64_t r = 0;
@@ -243,7 +245,7 @@ MemoryBreakdown memory_for(const config::RunConfig& run, const io::LlamaConfig& 
     m.gradients = sharded_grads ? div_up(4 * psi_l, w) : 4 * psi_l;
     m.optimizer = zero ? div_up(12 * psi_l, w) : 8 * psi_l;
     m.comm_buckets = buckets_in_flight * std::min(bucket, 4 * psi_l);
-    if (sharded_params) m.gathered += 2 * 4 * psi_l / std::max<std::int64_t>(s.layers, 1);
+    if (sharded_params) m.gathered += layers_whole * 4 * psi_l / std::max<std::int64_t>(s.layers, 1);
   } else {
     const std::int64_t psi = s.params;
     m.weights = sharded_params ? div_up(d * psi, w) : d * psi;
@@ -255,7 +257,7 @@ MemoryBreakdown memory_for(const config::RunConfig& run, const io::LlamaConfig& 
     if (sharded_params) {
       m.comm_buckets = 3 * s.layer_params * d;               // gradient staging of up to three layers
       m.gathered_resident = s.root_params * d;                 // the root unit stays whole
-      m.gathered = m.gathered_resident + 2 * s.layer_params * d;  // and two layers at a time
+      m.gathered = m.gathered_resident + layers_whole * s.layer_params * d;  // and the layers whole at a time
     } else {
       m.comm_buckets = buckets_in_flight * std::min(bucket, d * psi);
     }

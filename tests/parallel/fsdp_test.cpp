@@ -1,6 +1,7 @@
 // FSDP in one process on a small random LLaMA: step for step DDP's results (with and without
-// activation checkpointing, with accumulation, with offload), the layers' parameters whole only
-// around their use (released between forward and backward and after it), the memory report,
+// activation checkpointing, with accumulation, with offload, with any prefetch), the layers'
+// parameters whole only around their use and the prefetched ones (released between forward and
+// backward, but for the last layer under prefetch, and after it), the memory report,
 // the full parameters streamed one unit at a time, and weight decay on norms as configured.
 #include <gtest/gtest.h>
 
@@ -38,7 +39,7 @@ struct TrainRun {
 
 // 4 steps of 2 micro-batches of random tokens, every parameter trained.
 TrainRun train_fsdp(const std::string& strategy, bool checkpointing, bool offload = false, bool tied = false,
-          bool decay_norms = false, const std::function<void(FsdpStrategy&)>& probe = {}) {
+          bool decay_norms = false, const std::function<void(FsdpStrategy&)>& probe = {}, std::size_t prefetch = 1) {
   model::LlamaForCausalLM m(small_config(tied), torch::TensorOptions().dtype(torch::kFloat));
   model::init_weights(m, 3);
   NamedParameters params;
@@ -53,6 +54,7 @@ TrainRun train_fsdp(const std::string& strategy, bool checkpointing, bool offloa
   options.adamw.weight_decay = 0.1;
   options.decay_norms = decay_norms;
   options.offload_optimizer = offload;
+  options.fsdp_prefetch = prefetch;
   std::unique_ptr<ParallelStrategy> s;
   if (strategy == "ddp") s = std::make_unique<DdpStrategy>(*comm, options);
   if (strategy == "fsdp") s = std::make_unique<FsdpStrategy>(*comm, options);
@@ -101,19 +103,41 @@ TEST(FsdpStrategy, OneRankEqualsDdpWithAndWithoutCheckpointingAndOffload) {
       SCOPED_TRACE(std::string(checkpointing ? "checkpointing" : "plain") + (offload ? ", offload" : ""));
       expect_same(train_fsdp("fsdp", checkpointing, offload), ddp);
     }
+    for (std::size_t prefetch : {0, 2, 64}) {
+      SCOPED_TRACE(std::string(checkpointing ? "checkpointing" : "plain") + ", prefetch " + std::to_string(prefetch));
+      expect_same(train_fsdp("fsdp", checkpointing, false, false, false, {}, prefetch), ddp);
+    }
   }
   SCOPED_TRACE("tied embeddings");
   expect_same(train_fsdp("fsdp", false, false, /*tied=*/true), train_fsdp("ddp", false, false, true));
 }
 
-TEST(FsdpStrategy, LayersAreWholeOnlyAroundTheirUse) {
-  // After each forward (the loss computed, backward not yet run) only the root unit is whole;
-  // after backward too: each layer was gathered again for its backward and released after.
-  std::vector<std::size_t> seen;
-  train_fsdp("fsdp", false, false, false, false, [&](FsdpStrategy& s) { seen.push_back(s.gathered_units()); });
-  ASSERT_FALSE(seen.empty());
-  for (std::size_t n : seen) EXPECT_EQ(n, 1u);
-  train_fsdp("fsdp", true, false, false, false, [&](FsdpStrategy& s) { EXPECT_EQ(s.gathered_units(), 1u); });
+TEST(FsdpStrategy, LayersAreWholeOnlyAroundTheirUseAndPrefetched) {
+  // The probe runs after each micro-batch's forward (the loss computed, backward not yet run) and
+  // after finish_gradients. Without prefetch only the root unit is whole at both points, and each
+  // of the 3 layers is gathered where it is used, in forward and again in backward. With prefetch
+  // the last layer stays whole from its forward to its backward, and only layer 0's forward
+  // gathers at its use: every other gather was issued ahead.
+  for (bool checkpointing : {false, true}) {
+    for (std::size_t prefetch : {0, 1, 2}) {
+      SCOPED_TRACE(std::string(checkpointing ? "checkpointing" : "plain") + ", prefetch " + std::to_string(prefetch));
+      std::vector<std::size_t> whole, at_use;
+      train_fsdp("fsdp", checkpointing, false, false, false,
+                 [&](FsdpStrategy& s) {
+                   whole.push_back(s.gathered_units());
+                   at_use.push_back(s.take_gathers_at_use());
+                 },
+                 prefetch);
+      ASSERT_EQ(whole.size(), 4u * 3);  // 4 steps: two forwards and a finish each
+      for (std::size_t i = 0; i < whole.size(); ++i) {
+        const bool after_forward = i % 3 != 2;
+        SCOPED_TRACE(i);
+        EXPECT_EQ(whole[i], after_forward && prefetch > 0 ? 2u : 1u);
+        const std::size_t forward = prefetch > 0 ? 1 : 3, backward = prefetch > 0 ? 0 : 3;
+        EXPECT_EQ(at_use[i], i % 3 == 0 ? forward : i % 3 == 1 ? backward + forward : backward);
+      }
+    }
+  }
 }
 
 TEST(FsdpStrategy, MemoryReportCountsShardsAndTheGatheredUnits) {
@@ -133,9 +157,13 @@ TEST(FsdpStrategy, MemoryReportCountsShardsAndTheGatheredUnits) {
   EXPECT_EQ(fsdp.memory.parameters, psi * 4);
   EXPECT_EQ(fsdp.memory.gradients, psi * 4);
   EXPECT_EQ(fsdp.memory.optimizer, psi * 8);
-  // At peak: the root unit and at most two layers.
-  EXPECT_GE(fsdp.memory.gathered, (root + largest_layer) * 4);
-  EXPECT_LE(fsdp.memory.gathered, (root + 2 * largest_layer) * 4);
+  // At peak: the root unit and at most 2 + prefetch layers (the one in use, the one above it
+  // until its gradients are handed off, the prefetched ones).
+  EXPECT_GE(fsdp.memory.gathered, (root + 2 * largest_layer) * 4);
+  EXPECT_LE(fsdp.memory.gathered, (root + 3 * largest_layer) * 4);
+  const TrainRun at_use = train_fsdp("fsdp", false, false, false, false, {}, /*prefetch=*/0);
+  EXPECT_GE(at_use.memory.gathered, (root + largest_layer) * 4);
+  EXPECT_LE(at_use.memory.gathered, (root + 2 * largest_layer) * 4);
 }
 
 TEST(FsdpStrategy, WeightDecayOnNormsOnlyWhenAsked) {

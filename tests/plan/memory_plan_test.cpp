@@ -72,6 +72,27 @@ TEST(MemoryPlan, Qwen2BiasesAreCounted) {
   EXPECT_EQ(row(plan, "fsdp").at_micro_batch.model_state(), 16 * psi / 8);
 }
 
+// FSDP holds the root unit whole, and 2 + parallel.fsdp_prefetch decoder layers at a time (the
+// layer in use, the one above it until its gradients are handed off, the prefetched ones): each
+// prefetched layer adds one layer's parameters in the compute dtype (bf16 here).
+TEST(MemoryPlan, FsdpPrefetchAddsOneLayerEach) {
+  const auto model = model_config("meta-llama/Llama-2-7b-hf");
+  const std::int64_t layer = 4 * 4096 * 4096 + 3 * 4096 * 11008 + 2 * 4096;  // attention, MLP, two norms
+  const std::int64_t root = 2 * 32000 * 4096 + 4096;                          // embeddings, head, final norm
+  std::int64_t previous = 0;
+  for (int prefetch : {0, 1, 2}) {
+    const auto run = shipped("llama13b_fsdp.json", "meta-llama/Llama-2-7b-hf",
+                             {"parallel.fsdp_prefetch=" + std::to_string(prefetch)});
+    PlanOptions o;
+    o.gpus = 8;
+    const MemoryBreakdown& m = row(plan_memory(run, model, o), "fsdp").at_micro_batch;
+    EXPECT_EQ(m.gathered_resident, 2 * root);
+    EXPECT_EQ(m.gathered, 2 * root + (2 + prefetch) * 2 * layer) << "prefetch " << prefetch;
+    if (prefetch > 0) EXPECT_EQ(m.gathered - previous, 2 * layer);
+    previous = m.gathered;
+  }
+}
+
 TEST(MemoryPlan, OffloadMovesTheOptimizerToTheHost) {
   const auto run = shipped("llama7b_zero2.json", "meta-llama/Llama-2-7b-hf");
   PlanOptions o;

@@ -106,13 +106,25 @@ void expect_comm_bytes(const RunResult& run, const RunResult& ddp, double factor
   EXPECT_NEAR(run.comm_bytes.back(), factor * ddp.comm_bytes.back(), 1e-3 * factor * ddp.comm_bytes.back());
 }
 
-// FSDP gathers each layer twice per micro-batch (forward, backward), reduce-scatters Ψ per
-// micro-batch and gathers the root unit (embeddings, norm, head) once after the step.
-void expect_fsdp_comm_bytes(const RunResult& fsdp, const RunResult& ddp, int accumulation) {
+// FSDP gathers each layer twice per micro-batch (forward, backward; with prefetch the last layer
+// once, as it stays whole from its forward to its backward), reduce-scatters Ψ per micro-batch
+// and gathers the root unit (embeddings, norm, head) once after the step.
+void expect_fsdp_comm_bytes(const RunResult& fsdp, const RunResult& ddp, int accumulation, bool prefetch) {
   double layers = 0, root = 0;
-  for (const auto& [name, t] : fsdp.weights) (name.find("layers.") != std::string::npos ? layers : root) += t.numel();
+  std::map<int, double> per_layer;
+  for (const auto& [name, t] : fsdp.weights) {
+    const auto at = name.find("layers.");
+    if (at == std::string::npos) {
+      root += t.numel();
+    } else {
+      layers += t.numel();
+      per_layer[std::stoi(name.substr(at + 7))] += t.numel();
+    }
+  }
+  ASSERT_FALSE(per_layer.empty());
   const double psi = layers + root;
-  expect_comm_bytes(fsdp, ddp, (2 * accumulation * layers + accumulation * psi + root) / psi);
+  const double gathered = 2 * layers - (prefetch ? per_layer.rbegin()->second : 0);
+  expect_comm_bytes(fsdp, ddp, (accumulation * gathered + accumulation * psi + root) / psi);
 }
 
 void equivalence(int ranks, bool lora, const std::string& batch) {
@@ -121,11 +133,26 @@ void equivalence(int ranks, bool lora, const std::string& batch) {
     SCOPED_TRACE("fsdp");
     const RunResult fsdp = train(ranks, lora, batch + " --set parallel.strategy=fsdp");
     expect_same_run(fsdp, ddp, 1e-5);
-    expect_fsdp_comm_bytes(fsdp, ddp, 2);
+    expect_fsdp_comm_bytes(fsdp, ddp, 2, /*prefetch=*/true);
     if (ranks == 2) {
-      SCOPED_TRACE("fsdp, offload: bitwise");
-      expect_same_run(train(ranks, lora, batch + " --set parallel.strategy=fsdp --set parallel.offload_optimizer=true"),
-                      fsdp, 0);
+      {
+        SCOPED_TRACE("fsdp, offload: bitwise");
+        expect_same_run(train(ranks, lora, batch + " --set parallel.strategy=fsdp --set parallel.offload_optimizer=true"),
+                        fsdp, 0);
+      }
+      {
+        // Prefetch changes when the gathers travel, not what they carry.
+        SCOPED_TRACE("fsdp, no prefetch: bitwise");
+        const RunResult at_use = train(ranks, lora, batch + " --set parallel.strategy=fsdp --set parallel.fsdp_prefetch=0");
+        expect_same_run(at_use, fsdp, 0);
+        expect_fsdp_comm_bytes(at_use, ddp, 2, /*prefetch=*/false);
+      }
+      {
+        SCOPED_TRACE("fsdp, every layer prefetched, activation checkpointing: bitwise");
+        expect_same_run(train(ranks, lora, batch + " --set parallel.strategy=fsdp --set parallel.fsdp_prefetch=64"
+                                                   " --set train.activation_checkpointing=true"),
+                        fsdp, 0);
+      }
     }
   }
   if (ranks == 2) {
@@ -294,7 +321,7 @@ TEST(ZeroMultirank, MemoryPerRankMatchesTheZeroFormulas) {
       expect_near(k.offload ? "optimizer" : "host_optimizer", 0);
       if (k.offload) expect_near("host_gradients", k.strategy == "ddp" ? 4 : 4.0 / W);
       if (k.strategy == "fsdp") {
-        // Whole at peak: the root unit (embeddings, norm, head) and at most two layers.
+        // Whole at peak: the root unit (embeddings, norm, head) and at most 2 + fsdp_prefetch layers.
         EXPECT_GT(j["gathered"].get<double>(), 0);
         EXPECT_LE(j["gathered"].get<double>(), j["max_gathered_bytes"].get<double>());
       }
