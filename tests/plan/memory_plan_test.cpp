@@ -85,7 +85,8 @@ TEST(MemoryPlan, FsdpPrefetchAddsOneLayerEach) {
                              {"parallel.fsdp_prefetch=" + std::to_string(prefetch)});
     PlanOptions o;
     o.gpus = 8;
-    const MemoryBreakdown& m = row(plan_memory(run, model, o), "fsdp").at_micro_batch;
+    const MemoryPlan plan = plan_memory(run, model, o);
+    const MemoryBreakdown& m = row(plan, "fsdp").at_micro_batch;
     EXPECT_EQ(m.gathered_resident, 2 * root);
     EXPECT_EQ(m.gathered, 2 * root + (2 + prefetch) * 2 * layer) << "prefetch " << prefetch;
     if (prefetch > 0) EXPECT_EQ(m.gathered - previous, 2 * layer);
