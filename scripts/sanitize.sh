@@ -2,25 +2,41 @@
 # Builds with sanitizers, each in its own folder, and runs the suites under them. LibTorch is not
 # instrumented; our code, the tests and every rank process they start are.
 #   scripts/sanitize.sh address   # ASan + UBSan in build-asan/: the unit and multi-rank suites
+#   scripts/sanitize.sh address --libtorch pip
+#                                 # the same on the pip CUDA LibTorch 2.x in build-asan-pip/, plus
+#                                 # the interop suites (transformers, PEFT, tokenizers, torchrun
+#                                 # against the instrumented programs): CI's second LibTorch
 #   scripts/sanitize.sh thread    # TSan in build-tsan/: the data prefetcher and the communicator
 #                                 # watchdog (peer monitor) with real rank processes
 #   scripts/sanitize.sh address -R test_faults   # extra arguments go to ctest (address only)
+# The longest suites run their LEAN_FILTER cases (tests/CMakeLists.txt).
 # ASan and TSan reports from any process (also a rank that was meant to fail) are written under
 # build-*/sanitizer-reports/; the run fails when there is one, and prints it. UBSan reports go to
 # stderr (gcc's UBSan ignores log_path beside ASan), where the tests look for them: a ctest
 # FAIL_REGULAR_EXPRESSION, and test_support's run_command for the output of rank processes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-kind=${1:?usage: scripts/sanitize.sh address|thread [ctest arguments]}
+kind=${1:?usage: scripts/sanitize.sh address|thread [--libtorch debian|pip] [ctest arguments]}
 shift
+source scripts/libtorch_choice.sh  # an optional --libtorch; the rest stays in args
 case "$kind" in
   address) dir=build-asan ;;
   thread) dir=build-tsan ;;
   *) echo "sanitize.sh: expected address or thread, got '$kind'" >&2; exit 2 ;;
 esac
-
+labels="unit|multirank"
+if [ "$libtorch" = pip ]; then
+  [ "$kind" = address ] || { echo "sanitize.sh: --libtorch pip goes with address" >&2; exit 2; }
+  dir=build-asan-pip
+  labels="unit|multirank|interop"
+  scripts/setup.sh --libtorch pip
+  export FT_REQUIRE_INTEROP=1  # setup.sh made the pinned environment: a skipped interop suite is a failure
+else
+  scripts/setup.sh
+fi
+libtorch_cmake_args
 if [ ! -f "$dir/build.ninja" ]; then
-  cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFT_SANITIZE="$kind" >/dev/null
+  cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFT_SANITIZE="$kind" "${cmake_args[@]}" >/dev/null
 fi
 reports="$PWD/$dir/sanitizer-reports"
 rm -rf "$reports"
@@ -32,16 +48,18 @@ if [ "$kind" = address ]; then
   # benchmarks and the reference-only suites would add minutes of instrumented compiling.
   ninja -C "$dir" build.ninja >/dev/null  # re-configures when a CMakeLists.txt changed
   targets=()
-  for t in $(cd "$dir" && ctest -N -L "unit|multirank" "$@" | sed -n 's/^ *Test *#[0-9]*: *//p'); do
+  for t in $(cd "$dir" && ctest -N -L "$labels" "${args[@]}" | sed -n 's/^ *Test *#[0-9]*: *//p'); do
     if ninja -C "$dir" -t query "$t" >/dev/null 2>&1; then targets+=("$t"); fi  # not the script tests
   done
+  # The interop suites are Python scripts that run these programs.
+  [ "$libtorch" = debian ] || targets+=(interop_programs)
   ninja -C "$dir" "${targets[@]}"
   # LibTorch registers operators and kernels into process-lifetime tables it never frees:
   # leak reports for allocations made inside it are suppressed (tests/sanitizers/lsan.supp).
   export ASAN_OPTIONS="log_path=$reports/asan:detect_stack_use_after_return=0:check_initialization_order=1:strict_init_order=1"
   export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
   export LSAN_OPTIONS="suppressions=$supp/lsan.supp:print_suppressions=0"
-  (cd "$dir" && ctest --output-on-failure --timeout 1800 -j "$(nproc)" -L "unit|multirank" "$@") || status=$?
+  (cd "$dir" && ctest --output-on-failure --timeout 1800 -j "$(nproc)" -L "$labels" "${args[@]}") || status=$?
 else
   ninja -C "$dir" test_data test_multirank comm_worker ft_launch
   # ignore_noninstrumented_modules: calls that uninstrumented LibTorch and libgloo make to
