@@ -19,7 +19,7 @@ esac
 
 libtorch_cmake_args() {
   cmake_args=()
-  # FT_LEAN_SUITES=1: the longest suites run their LEAN_FILTER cases only (CI's pip stage); unset,
+  # FT_LEAN_SUITES=1: the longest suites run their LEAN_FILTER cases only (as in the sanitizer builds); unset,
   # every case (also in a build folder an earlier lean run configured).
   lean_suites=$([ "${FT_LEAN_SUITES:-}" = 1 ] && echo ON || echo OFF)
   cmake_args+=("-DFT_LEAN_SUITES=$lean_suites")

@@ -4,8 +4,8 @@
 #   scripts/sanitize.sh address   # ASan + UBSan in build-asan/: the unit and multi-rank suites
 #   scripts/sanitize.sh address --libtorch pip
 #                                 # the same on the pip CUDA LibTorch 2.x in build-asan-pip/, plus
-#                                 # the interop suites (transformers, PEFT, tokenizers, torchrun
-#                                 # against the instrumented programs): CI's second LibTorch
+#                                 # the interop suite whose ft side differs on 2.x (logits
+#                                 # against transformers: sdpa attention): CI's second LibTorch
 #   scripts/sanitize.sh thread    # TSan in build-tsan/: the data prefetcher and the communicator
 #                                 # watchdog (peer monitor) with real rank processes
 #   scripts/sanitize.sh address -R test_faults   # extra arguments go to ctest (address only)
@@ -28,7 +28,7 @@ labels="unit|multirank"
 if [ "$libtorch" = pip ]; then
   [ "$kind" = address ] || { echo "sanitize.sh: --libtorch pip goes with address" >&2; exit 2; }
   dir=build-asan-pip
-  labels="unit|multirank|interop"
+  labels="unit|multirank|sdpa"
   scripts/setup.sh --libtorch pip
   export FT_REQUIRE_INTEROP=1  # setup.sh made the pinned environment: a skipped interop suite is a failure
 else
