@@ -77,7 +77,7 @@ TEST_P(PlanAccuracy, ModelStateWithin5PercentAndPeakWithin15PercentOfMeasured) {
                                         "data.eval=" + test::data_path("datasets/alpaca_eval.jsonl"),
                                         "data.packing=true",
                                         "data.train_on_prompt=true",
-                                        "train.max_steps=3",
+                                        "train.max_steps=2",
                                         "log.every_steps=1",
                                         "log.eval_every_steps=0",
                                         "checkpoint.every_steps=0"};
