@@ -90,10 +90,7 @@ void FsdpStrategy::setup(NamedParameters params, const std::vector<std::int64_t>
     // Built on the training device: the model may sit on the host, one unit at a time moves over.
     unit.flat = std::make_unique<FlatParameters>(std::move(unit_params), offsets, layout_->region_numel(bucket),
                                                  /*with_grads=*/false, options_.device);
-    if (layer >= 0) {
-      unit_of_layer_[static_cast<std::size_t>(layer)] = static_cast<int>(b);
-      sharded_layers_.push_back(static_cast<std::size_t>(layer));
-    }
+    if (layer >= 0) unit_of_layer_[static_cast<std::size_t>(layer)] = static_cast<int>(b);
     // Every rank starts from rank 0's weights; keep this rank's chunk, then free the rest.
     at::Tensor& values = unit.flat->values();
     comm_.broadcast(values, 0)->wait();
@@ -155,16 +152,14 @@ void FsdpStrategy::finish_gather(Unit& unit) {
   times_.communication += watch.seconds();
 }
 
-void FsdpStrategy::prefetch_after(std::size_t layer, bool backward) {
-  const std::size_t k = options_.fsdp_prefetch;
-  if (k == 0) return;
-  const auto here = std::find(sharded_layers_.begin(), sharded_layers_.end(), layer);
-  if (here == sharded_layers_.end()) return;
-  const auto position = static_cast<std::size_t>(here - sharded_layers_.begin());
-  for (std::size_t i = 1; i <= k; ++i) {
-    if (backward ? position < i : position + i >= sharded_layers_.size()) break;
-    const std::size_t next = backward ? position - i : position + i;
-    start_gather(units_[static_cast<std::size_t>(unit_of_layer_[sharded_layers_[next]])]);
+void FsdpStrategy::prefetch_after(std::size_t unit, bool backward) {
+  // The layer units follow the root unit in layer order: the next ones in execution order are
+  // the neighbours, up to the root unit (or the end) on either side.
+  for (std::size_t i = 1; i <= options_.fsdp_prefetch; ++i) {
+    if (backward ? unit < i : unit + i >= units_.size()) break;
+    Unit& next = units_[backward ? unit - i : unit + i];
+    if (next.resident) break;
+    start_gather(next);
   }
 }
 
@@ -196,18 +191,18 @@ model::LayerRunner FsdpStrategy::layer_runner(bool activation_checkpointing) {
     const int u = index < unit_of_layer_.size() ? unit_of_layer_[index] : -1;
     if (u < 0) return run();  // no trainable parameter in this layer: nothing sharded
     gather(units_[u]);
-    prefetch_after(index, /*backward=*/false);
+    prefetch_after(u, /*backward=*/false);
     torch::Tensor y = run();
     if (y.requires_grad()) {
       // Backward reaches this layer when y's gradient is ready: gather again before the layer's
       // backward (with checkpointing, its recomputation) reads the parameters, and send for the
       // layers below. The unit is released when its gradients have been handed to the reduce-scatter.
-      y.register_hook([this, u, index](const torch::Tensor&) {
+      y.register_hook([this, u](const torch::Tensor&) {
         gather(units_[u]);
-        prefetch_after(index, /*backward=*/true);
+        prefetch_after(u, /*backward=*/true);
       });
       // The last layer's backward comes next: with prefetch on, it stays whole until then.
-      if (options_.fsdp_prefetch > 0 && index == sharded_layers_.back()) return y;
+      if (options_.fsdp_prefetch > 0 && static_cast<std::size_t>(u) + 1 == units_.size()) return y;
     }
     release(units_[u]);
     return y;

@@ -75,8 +75,9 @@ class FsdpStrategy : public ParallelStrategy {
   void issue_all_gather(Unit& unit);
   // Waits for the unit's all-gather in flight, if any.
   void finish_gather(Unit& unit);
-  // Issues the gathers of the `fsdp_prefetch` units that follow `layer` in execution order.
-  void prefetch_after(std::size_t layer, bool backward);
+  // Issues the gathers of the `fsdp_prefetch` layer units that follow unit `unit` in execution
+  // order (forward: the layers above it; backward: the layers below).
+  void prefetch_after(std::size_t unit, bool backward);
   // Frees the unit's full buffer (not the root unit's), once its gather in flight has landed.
   void release(Unit& unit);
   void release_layers();
@@ -84,9 +85,8 @@ class FsdpStrategy : public ParallelStrategy {
   comm::Communicator& comm_;
   StrategyOptions options_;
   std::unique_ptr<ShardLayout> layout_;
-  std::vector<Unit> units_;
+  std::vector<Unit> units_;  // the root unit (if any) first, then the layers' in layer order
   std::vector<int> unit_of_layer_;  // decoder layer -> unit, -1 when it has no trainable parameter
-  std::vector<std::size_t> sharded_layers_;  // the layers that have a unit, in forward order
   struct SlotRef {
     std::size_t unit = 0, index = 0;  // parameter `index` of unit `unit`
   };
