@@ -12,7 +12,8 @@ cd "$(dirname "$0")/.."
 source scripts/libtorch_choice.sh
 libtorch_cmake_args
 if [ ! -f "$build_dir/build.ninja" ]; then
-  cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release "${cmake_args[@]}"
+  compiler_cmake_args
+  cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release "${compiler_args[@]}" "${cmake_args[@]}"
 elif ! grep -qx "FT_LEAN_SUITES:BOOL=$lean_suites" "$build_dir/CMakeCache.txt"; then
   cmake "$build_dir" "${cmake_args[@]}" >/dev/null  # the option changes which test cases register
 fi

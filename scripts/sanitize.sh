@@ -36,7 +36,8 @@ else
 fi
 libtorch_cmake_args
 if [ ! -f "$dir/build.ninja" ]; then
-  cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFT_SANITIZE="$kind" "${cmake_args[@]}" >/dev/null
+  compiler_cmake_args
+  cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFT_SANITIZE="$kind" "${compiler_args[@]}" "${cmake_args[@]}" >/dev/null
 fi
 reports="$PWD/$dir/sanitizer-reports"
 rm -rf "$reports"

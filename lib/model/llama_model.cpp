@@ -31,7 +31,10 @@ torch::Tensor LlamaModelImpl::forward(const torch::Tensor& ids, const ForwardOpt
   torch::Tensor positions = options.position_ids;
   if (!positions.defined())
     positions = torch::arange(past, past + t, ids.options().dtype(torch::kLong)).unsqueeze(0).expand({b, t});
-  auto [cos, sin] = rotary_.cos_sin(positions, h.scalar_type());
+  // Not a structured binding: C++17 lambdas cannot capture one (clang refuses it).
+  const auto cos_sin = rotary_.cos_sin(positions, h.scalar_type());
+  const torch::Tensor& cos = cos_sin.first;
+  const torch::Tensor& sin = cos_sin.second;
   // One mask per window size in use (0: full causal attention; a model has at most one window),
   // made when the first layer that needs it runs and shared by the others.
   std::optional<LayerInputs> full, windowed;

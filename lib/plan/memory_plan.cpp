@@ -322,7 +322,9 @@ MemoryPlan plan_memory(const config::RunConfig& run, const io::LlamaConfig& mode
   std::vector<std::pair<config::Strategy, bool>> rows = {{lora_setup(run).strategy, true}};
   for (std::size_t i = 0; i < config::choice_names<config::Strategy>().size(); ++i)
     rows.emplace_back(static_cast<config::Strategy>(i), false);
-  for (const auto& [strategy, lora] : rows) {
+  for (const auto& entry : rows) {
+    const config::Strategy strategy = entry.first;  // not a structured binding: the lambdas capture these
+    const bool lora = entry.second;
     StrategyPlan p;
     p.name = (lora ? "lora+" : "") + config::choice_name(strategy);
     p.strategy = strategy;

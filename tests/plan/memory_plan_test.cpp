@@ -89,7 +89,9 @@ TEST(MemoryPlan, FsdpPrefetchAddsOneLayerEach) {
     const MemoryBreakdown& m = row(plan, "fsdp").at_micro_batch;
     EXPECT_EQ(m.gathered_resident, 2 * root);
     EXPECT_EQ(m.gathered, 2 * root + (2 + prefetch) * 2 * layer) << "prefetch " << prefetch;
-    if (prefetch > 0) EXPECT_EQ(m.gathered - previous, 2 * layer);
+    if (prefetch > 0) {
+      EXPECT_EQ(m.gathered - previous, 2 * layer);
+    }
     previous = m.gathered;
   }
 }

@@ -309,7 +309,9 @@ TEST(ZeroMultirank, MemoryPerRankMatchesTheZeroFormulas) {
     }
     ASSERT_EQ(ranks.size(), 2u) << r.output;
     EXPECT_EQ(ranks[0]["grad_sum_of_squares"], ranks[1]["grad_sum_of_squares"]) << "the global norm differs by rank";
-    for (auto& [rank, j] : ranks) {
+    for (auto& entry : ranks) {  // not a structured binding: the lambda captures these
+      const int rank = entry.first;
+      Json& j = entry.second;
       const double psi = j["psi"].get<double>();
       auto expect_near = [&](const char* key, double multiple) {
         const double got = j[key].get<double>();
