@@ -18,8 +18,10 @@
 #include <mutex>
 #include <sstream>
 #include <thread>
+#include <vector>
 
 #include "comm/communicator_state.h"
+#include "comm/local_address.h"
 #include "comm/peer_monitor.h"
 #include "comm/process_exit.h"
 #include "comm/store_impl.h"
@@ -293,6 +295,42 @@ class GlooCommunicator : public Communicator {
 
 int g_instances = 0;  // communicators made in this process: names their store keys
 
+// Each rank publishes the address it advertises to Gloo, so that a rank that cannot connect to
+// an address can say whose it is.
+std::string advertised_key(const std::string& name, int rank) { return str("ft/", name, "/advertised/", rank); }
+
+// For Gloo's "connect [ADDRESS]:PORT: REASON": which ranks advertised ADDRESS, and how they chose
+// it. "" when the error is another one, or nobody published that address.
+std::string explain_connect_failure(Store& store, const std::string& name, int world, const std::string& gloo_error) {
+  const auto open = gloo_error.find("connect [");
+  if (open == std::string::npos) return "";
+  const auto close = gloo_error.find(']', open);
+  if (close == std::string::npos) return "";
+  const std::string address = gloo_error.substr(open + 9, close - open - 9);
+  const auto colon = gloo_error.find(": ", close);
+  const std::string reason = colon == std::string::npos ? "" : gloo_error.substr(colon + 2);
+  std::vector<int> ranks;
+  std::string how;
+  try {
+    for (int p = 0; p < world; ++p) {
+      if (!store.check(advertised_key(name, p))) continue;
+      const std::string value = store.get(advertised_key(name, p));
+      const auto tab = value.find('\t');
+      if (value.substr(0, tab) != address) continue;
+      ranks.push_back(p);
+      if (how.empty() && tab != std::string::npos) how = value.substr(tab + 1);
+    }
+  } catch (const std::exception&) {
+    return "";  // the store is gone too: the monitor's diagnosis says so
+  }
+  if (ranks.empty()) return "";
+  std::string who = ranks.size() > 1 ? "ranks " : "rank ";
+  for (std::size_t i = 0; i < ranks.size(); ++i) who += str(i ? ", " : "", ranks[i]);
+  return str("cannot reach ", who, " at ", address, " (", how, ")", reason.empty() ? "" : ": " + reason,
+             ". Every rank must reach the address each other rank advertises: on that node, set GLOO_SOCKET_IFNAME "
+             "to the interface on the network the nodes share, or unset it (ft then takes the route to MASTER_ADDR)");
+}
+
 }  // namespace
 
 std::unique_ptr<Communicator> make_gloo_communicator(const RankEnv& env, std::shared_ptr<Store> store,
@@ -311,17 +349,25 @@ std::unique_ptr<Communicator> make_gloo_communicator(const RankEnv& env, std::sh
   shared->monitor = std::make_unique<PeerMonitor>(*store, env.rank, env.world_size, shared->name, timeout_s);
 
   std::shared_ptr<::gloo::transport::Device> device;
-  std::string bound;
+  std::string bound;       // for messages: the address and how it was chosen
+  std::string advertised;  // the numeric address
   if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME"); ifname != nullptr && *ifname != '\0') {
     device = c10d::ProcessGroupGloo::createDeviceForInterface(ifname);
-    bound = str("interface ", ifname);
+    advertised = interface_address(ifname);
+    bound = str("interface ", ifname, " from GLOO_SOCKET_IFNAME");
   } else if (env.local_world_size == env.world_size) {
     device = c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1");
-    bound = "127.0.0.1";
+    advertised = "127.0.0.1";
+    bound = "127.0.0.1: all ranks on one node";
   } else {
-    device = c10d::ProcessGroupGloo::createDefaultDevice();
-    bound = "this host's address (GLOO_SOCKET_IFNAME picks an interface)";
+    // Not the host name's address (Gloo's default): that is 127.0.1.1 on many hosts.
+    const LocalAddress local = address_for_other_hosts(env, "GLOO_SOCKET_IFNAME");
+    device = c10d::ProcessGroupGloo::createDeviceForHostname(local.address);
+    advertised = local.address;
+    bound = str(local.interface.empty() ? "" : "interface " + local.interface + ", ", "the route to MASTER_ADDR=",
+                env.master_addr, "; GLOO_SOCKET_IFNAME picks another");
   }
+  store->set(advertised_key(shared->name, env.rank), advertised + "\t" + bound);
   auto options = c10d::ProcessGroupGloo::Options::create(to_milliseconds(timeout_s + 5.0));
   options->devices.push_back(device);
 
@@ -361,9 +407,12 @@ std::unique_ptr<Communicator> make_gloo_communicator(const RankEnv& env, std::sh
   OpInfo op;
   op.name = "connecting the Gloo process group";
   if (!done || !connect->error.empty()) {
-    const std::string what = str("connecting the Gloo process group (", bound, ") ", done ? "failed" : "timed out",
-                                 " after ", format_seconds(seconds_since(start)), " s on rank ", rank, " of ", world, ": ",
-                                 shared->monitor->diagnose(), done ? ". Gloo said: " + connect->error : std::string());
+    const std::string unreachable = done ? explain_connect_failure(*store, shared->name, world, connect->error) : "";
+    const std::string what = str("connecting the Gloo process group (", advertised, ", ", bound, ") ",
+                                 done ? "failed" : "timed out", " after ", format_seconds(seconds_since(start)),
+                                 " s on rank ", rank, " of ", world, ": ",
+                                 unreachable.empty() ? shared->monitor->diagnose() : unreachable,
+                                 done ? ". Gloo said: " + connect->error : std::string());
     shared->failure = what;
     note_communication_failure();
     shared->monitor->stop();
@@ -371,7 +420,8 @@ std::unique_ptr<Communicator> make_gloo_communicator(const RankEnv& env, std::sh
   }
   shared->pg = connect->pg;
   connect->pg.reset();
-  log::debug("gloo: rank ", rank, " of ", world, " connected in ", format_seconds(seconds_since(start)), " s (", bound, ")");
+  log::debug("gloo: rank ", rank, " of ", world, " connected in ", format_seconds(seconds_since(start)), " s (",
+             advertised, ", ", bound, ")");
   return std::make_unique<GlooCommunicator>(std::move(shared));
 }
 

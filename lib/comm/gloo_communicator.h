@@ -21,7 +21,8 @@ namespace ft::comm {
 
 // Connects the Gloo process group of all env.world_size ranks through `store` (every rank calls
 // it, in the same order relative to other communicators). Binds to 127.0.0.1 when the whole
-// world is on this node; otherwise to GLOO_SOCKET_IFNAME when set, else this host's address.
+// world is on this node; otherwise to GLOO_SOCKET_IFNAME when set, else to the local address that
+// routes to MASTER_ADDR (local_address.h: an error when that is a loopback address).
 // Tensors: CPU, contiguous; float32/64, float16, bfloat16 (reduced in float32), int8/32/64,
 // uint8, bool (data movement and kMax only). kAvg needs a floating dtype.
 std::unique_ptr<Communicator> make_gloo_communicator(const RankEnv& env, std::shared_ptr<Store> store,

@@ -18,6 +18,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <iomanip>
@@ -26,6 +27,7 @@
 #include <thread>
 
 #include "comm/communicator_state.h"
+#include "comm/local_address.h"
 #include "comm/peer_monitor.h"
 #include "comm/process_exit.h"
 #include "util/error.h"
@@ -379,6 +381,19 @@ std::unique_ptr<Communicator> make_nccl_communicator(const RankEnv& env, std::sh
     note_communication_failure();
     throw Error(message);
   };
+
+  // NCCL's bootstrap and socket transport pick the first interface that is up unless told: on a
+  // host with several, maybe one the other nodes cannot reach. NCCL reads the variable at its
+  // first call, so it is set before the unique id is made.
+  const char* ifname = std::getenv("NCCL_SOCKET_IFNAME");
+  if (env.local_world_size < env.world_size && (ifname == nullptr || *ifname == '\0')) {
+    const LocalAddress local = address_for_other_hosts(env, "NCCL_SOCKET_IFNAME");
+    if (!local.interface.empty()) {
+      ::setenv("NCCL_SOCKET_IFNAME", ("=" + local.interface).c_str(), 1);
+      log::info("nccl: NCCL_SOCKET_IFNAME==", local.interface, " (", local.address,
+                ", the route to MASTER_ADDR=", env.master_addr, "); set NCCL_SOCKET_IFNAME to pick another");
+    }
+  }
 
   // The unique id travels through the store.
   ncclUniqueId id;

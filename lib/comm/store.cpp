@@ -39,10 +39,47 @@ void ignore_sigpipe_by_default() {
   if (::sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) std::signal(SIGPIPE, SIG_IGN);
 }
 
+#if FT_TORCH_AT_LEAST(2, 0)
+// A socket listening on host:port only (the address host resolves to, IPv4 first), for c10d to
+// take over. c10d itself listens on every interface, and its store has no authentication: during
+// a one-node run (MASTER_ADDR=127.0.0.1) anyone who reaches this host could read and write it.
+int listen_only_on(const std::string& host, int port) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICSERV;
+  addrinfo* found = nullptr;
+  const int rc = ::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found);
+  FT_CHECK(rc == 0, "MASTER_ADDR=", host, " does not resolve: ", ::gai_strerror(rc));
+  std::string problem = "no IPv4 or IPv6 address";
+  int fd = -1;
+  for (int family : {AF_INET, AF_INET6}) {
+    for (addrinfo* a = found; a != nullptr && fd < 0; a = a->ai_next) {
+      if (a->ai_family != family) continue;
+      fd = ::socket(a->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+      if (fd < 0) continue;
+      const int on = 1;
+      ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof(on));  // as c10d does
+      if (::bind(fd, a->ai_addr, a->ai_addrlen) != 0 || ::listen(fd, SOMAXCONN) != 0) {
+        problem = std::strerror(errno);
+        ::close(fd);
+        fd = -1;
+      }
+    }
+  }
+  ::freeaddrinfo(found);
+  FT_CHECK(fd >= 0, "cannot listen on ", host, ":", port, ": ", problem);
+  return fd;
+}
+#endif
+
 c10::intrusive_ptr<c10d::TCPStore> open_tcp_store(const std::string& host, int port, bool server, double timeout_s) {
   c10d::TCPStoreOptions options;
   options.port = static_cast<std::uint16_t>(port);
   options.isServer = server;
+#if FT_TORCH_AT_LEAST(2, 0)
+  if (server) options.masterListenFd = listen_only_on(host, port);  // c10d owns and closes it
+#endif
   options.waitWorkers = false;  // the rendezvous counts arrivals itself, to say who is missing
   options.timeout = to_milliseconds(timeout_s);
   return c10::make_intrusive<c10d::TCPStore>(host, options);

@@ -15,7 +15,9 @@ namespace ft::comm {
 
 class Store {
  public:
-  // Rank 0 listens on MASTER_PORT (every interface) and connects to itself; the other ranks
+  // Rank 0 listens on MASTER_PORT and connects to itself: with LibTorch 2.x only at the address
+  // MASTER_ADDR resolves to (127.0.0.1 for a one-node run), with 1.13 on every interface (its
+  // c10d store cannot take a socket bound elsewhere, and has no authentication); the other ranks
   // connect to MASTER_ADDR:MASTER_PORT, retrying until timeout_s. Under torchrun's agent store
   // (env.agent_store) every rank connects as a client. Keys are put under env.store_prefix().
   // Throws ft::Error naming the address, the port and what to check (port in use on rank 0,
