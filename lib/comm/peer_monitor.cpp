@@ -314,8 +314,12 @@ std::string PeerMonitor::diagnose() {
       }
       const double silent = seconds_between(peers[p].heartbeat_changed, now);
       if (!named[p] && watched_long_enough && store_error.empty() && !store_stuck && silent > s.stale_s) {
-        findings.push_back(str("rank ", p, p == 0 ? " (the store's host)" : "", " has sent no heartbeat for ",
-                               fmt_seconds(silent), " s: it died, its process is frozen, or its machine is unreachable"));
+        // On another host: name it (a link down, a node powered off).
+        static const std::string here = host_name();
+        const bool elsewhere = peers[p].info && peers[p].info->host != here;
+        findings.push_back(str("rank ", p, elsewhere ? " on host " + peers[p].info->host : std::string(),
+                               p == 0 ? " (the store's host)" : "", " has sent no heartbeat for ", fmt_seconds(silent),
+                               " s: it died, its process is frozen, or its machine is unreachable"));
         named[p] = true;
       }
     }

@@ -13,6 +13,9 @@ has a second interface (10.212.0.x) that reaches nobody, made before the one bet
 - node B's link set down in the middle of the run: every surviving rank stops with an error
   within parallel.timeout_s, no process is left behind, and the last complete checkpoint resumes
   on one node (4 ranks -> 2);
+- node B's processes all killed at once: node A's ranks stop, naming node B's ranks;
+- node A unreachable at start: node B's ranks stop after parallel.timeout_s naming its address and
+  port;
 - the rendezvous store of a one-node run (MASTER_ADDR=127.0.0.1) cannot be reached from another
   host (LibTorch 2.x: it listens on 127.0.0.1 only; 1.13's listens everywhere: skipped there);
 - a world split over two launches whose MASTER_ADDR is 127.0.0.1 is an error naming the loopback
@@ -264,37 +267,103 @@ class MultiNode(unittest.TestCase):
             self.assertIn("interface ftdummy from GLOO_SOCKET_IFNAME", out_b, out_b[-3000:])
             print(f"GLOO_SOCKET_IFNAME=ftdummy on node B: both nodes stopped after {seconds:.1f} s", file=sys.stderr)
 
+    def start_until_first_checkpoint(self, nodes, name):
+        """Both nodes training a run that checkpoints every 2 steps, once its first one is complete."""
+        run = Run(self.tmp, name, steps_per_checkpoint=2, timeout_s=TIMEOUT_S)
+        port = free_port()
+        logs = [os.path.join(run.dir, f"node{i}.log") for i in range(2)]
+        procs = [nodes.start(nodes.a, launch(nodes, 0, port, run), clean_env(), logs[0]),
+                 nodes.start(nodes.b, launch(nodes, 1, port, run), clean_env(), logs[1])]
+        latest = os.path.join(run.run_dir, "checkpoints", "latest")
+        deadline = time.monotonic() + 300
+        while not os.path.exists(latest) and time.monotonic() < deadline and procs[0].poll() is None:
+            time.sleep(0.05)
+        self.assertTrue(os.path.exists(latest), read(logs[0])[-3000:])
+        return run, procs, logs
+
+    def assert_both_nodes_stop(self, nodes, procs, logs, fault):
+        """Every launcher exits non-zero within parallel.timeout_s (plus ft_launch's grace period to
+        stop its other rank) of the fault, leaving no process behind on node A."""
+        start = time.monotonic()
+        codes = wait_all(procs, 4 * TIMEOUT_S + 60)
+        seconds = time.monotonic() - start
+        out_a, out_b = read(logs[0]), read(logs[1])
+        self.assertTrue(all(c not in (0, None) for c in codes), f"{codes}\n{out_a[-3000:]}\n{out_b[-3000:]}")
+        self.assertLess(seconds, 2 * TIMEOUT_S + 30, out_a[-3000:])
+        left = subprocess.run(["ip", "netns", "pids", nodes.a], capture_output=True, text=True).stdout.split()
+        self.assertEqual(left, [], "processes left in node A")
+        # Node A's ranks name the ranks of node B that stopped answering.
+        self.assertRegex(out_a, r"error: .*rank [23]( on host \S+)? has sent no heartbeat", out_a[-3000:])
+        print(f"{fault} -> both nodes' launchers exited after {seconds:.1f} s (timeout_s {TIMEOUT_S})",
+              file=sys.stderr)
+        for name, out in (("node A", out_a), ("node B", out_b)):
+            errors = [line for line in out.splitlines() if "error:" in line]
+            print(f"  {name}: {errors[0] if errors else '(no error line)'}", file=sys.stderr)
+
     def test_link_down_stops_every_rank_and_the_checkpoint_resumes_on_one_node(self):
         with TwoNodes() as nodes:
-            run = Run(self.tmp, "link_down", steps_per_checkpoint=2, timeout_s=TIMEOUT_S)
-            port = free_port()
-            logs = [os.path.join(run.dir, f"node{i}.log") for i in range(2)]
-            procs = [nodes.start(nodes.a, launch(nodes, 0, port, run), clean_env(), logs[0]),
-                     nodes.start(nodes.b, launch(nodes, 1, port, run), clean_env(), logs[1])]
-            latest = os.path.join(run.run_dir, "checkpoints", "latest")
-            deadline = time.monotonic() + 300
-            while not os.path.exists(latest) and time.monotonic() < deadline and procs[0].poll() is None:
-                time.sleep(0.05)
-            self.assertTrue(os.path.exists(latest), read(logs[0])[-3000:])
+            run, procs, logs = self.start_until_first_checkpoint(nodes, "link_down")
             nodes.ip("-n", nodes.b, "link", "set", nodes.link_b, "down")
-            down = time.monotonic()
-            codes = wait_all(procs, 4 * TIMEOUT_S + 60)
-            seconds = time.monotonic() - down
-            out_a, out_b = read(logs[0]), read(logs[1])
-            self.assertTrue(all(c not in (0, None) for c in codes), f"{codes}\n{out_a[-3000:]}\n{out_b[-3000:]}")
-            # parallel.timeout_s, plus ft_launch's grace period to stop its other rank.
-            self.assertLess(seconds, 2 * TIMEOUT_S + 30, out_a[-3000:])
-            left = subprocess.run(["ip", "netns", "pids", nodes.a], capture_output=True, text=True).stdout.split()
-            self.assertEqual(left, [], "processes left in node A")
-            print(f"link down -> both nodes' launchers exited after {seconds:.1f} s (timeout_s {TIMEOUT_S})",
-                  file=sys.stderr)
-        if codes[0] is not None:
-            self.assertRegex(out_a, r"rank [0-9]+ .*(timed out|failed|unreachable|lost)", out_a[-3000:])
-        # The last complete checkpoint resumes on one node, 2 ranks: the same run goes on to its end.
+            self.assert_both_nodes_stop(nodes, procs, logs, "node B's link down")
+        # The last complete checkpoint resumes on one node, 2 ranks (resharded from 4), to the end.
         p = subprocess.run([os.path.join(BIN, "ft_launch"), "--nproc_per_node", "2", os.path.join(BIN, "ft_train"),
                             run.config], env=clean_env(), capture_output=True, text=True, timeout=600)
         self.assertEqual(p.returncode, 0, (p.stdout + p.stderr)[-3000:])
+        self.assertIn("resum", p.stdout + p.stderr)
         self.assertTrue(os.path.exists(os.path.join(run.run_dir, "adapter", "adapter_model.safetensors")))
+
+    def test_packets_dropped_stops_every_rank(self):
+        if shutil.which("iptables"):
+            drop = [["iptables", "-A", "INPUT", "-j", "DROP"], ["iptables", "-A", "OUTPUT", "-j", "DROP"]]
+        elif shutil.which("nft"):
+            drop = [["nft", "add", "table", "inet", "ftdrop"],
+                    ["nft", "add chain inet ftdrop in { type filter hook input priority 0 ; policy drop ; }"],
+                    ["nft", "add chain inet ftdrop out { type filter hook output priority 0 ; policy drop ; }"]]
+        else:
+            self.skipTest("no iptables or nft on this machine: dropping node B's packets is not tested here "
+                          "(node B's link set down is)")
+        with TwoNodes() as nodes:
+            run, procs, logs = self.start_until_first_checkpoint(nodes, "packets_dropped")
+            for command in drop:
+                subprocess.run(["ip", "netns", "exec", nodes.b, *command], check=True)
+            self.assert_both_nodes_stop(nodes, procs, logs, "node B's packets dropped")
+
+    def test_node_killed_at_once_stops_the_other_node(self):
+        with TwoNodes() as nodes:
+            run, procs, logs = self.start_until_first_checkpoint(nodes, "node_killed")
+            # Node B's launcher and its ranks, all at once (a power cut as the other node sees it).
+            for pid in subprocess.run(["ip", "netns", "pids", nodes.b], capture_output=True, text=True).stdout.split():
+                try:
+                    os.kill(int(pid), signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            killed = time.monotonic()
+            code_a = wait_all(procs[:1], 2 * TIMEOUT_S + 30)[0]
+            seconds = time.monotonic() - killed
+            procs[1].wait()
+            out_a = read(logs[0])
+            self.assertNotIn(code_a, (0, None), out_a[-3000:])
+            self.assertRegex(out_a, r"error: .*rank [23]", out_a[-3000:])
+            errors = [line for line in out_a.splitlines() if "error:" in line]
+            print(f"node B killed -> node A's launcher exited after {seconds:.1f} s: {errors[0] if errors else ''}",
+                  file=sys.stderr)
+
+    def test_master_unreachable_at_start_names_its_address(self):
+        with TwoNodes() as nodes:
+            run = Run(self.tmp, "master_unreachable", timeout_s=TIMEOUT_S)
+            port = free_port()
+            nodes.ip("-n", nodes.a, "link", "set", nodes.link_a, "down")
+            log = os.path.join(run.dir, "node1.log")
+            start = time.monotonic()
+            proc = nodes.start(nodes.b, launch(nodes, 1, port, run), clean_env(), log)
+            code = wait_all([proc], 2 * TIMEOUT_S + 30)[0]
+            seconds = time.monotonic() - start
+            output = read(log)
+            self.assertNotIn(code, (0, None), output[-3000:])
+            self.assertIn(f"{NODE_A}:{port}", output, output[-3000:])
+            errors = [line for line in output.splitlines() if "error:" in line]
+            print(f"master unreachable -> node B's launcher exited after {seconds:.1f} s: "
+                  f"{errors[0] if errors else ''}", file=sys.stderr)
 
     def test_one_node_store_is_not_reachable_from_another_host(self):
         if LIBTORCH.startswith("1."):
