@@ -8,6 +8,7 @@ has a second interface (10.212.0.x) that reaches nobody, made before the one bet
 - ft_launch --nnodes 2 --nproc_per_node 2 on each node trains the tiny model on 4 ranks with the
   same losses and the same adapter, bit for bit, as 4 ranks on one node; no GLOO_SOCKET_IFNAME is
   set: each rank binds to the address that routes to MASTER_ADDR;
+- the same through torchrun's c10d rendezvous (the pinned torchrun of .venv/; skipped without it);
 - GLOO_SOCKET_IFNAME still wins: pointed at node B's interface that reaches nobody, node B's ranks
   advertise an address node A cannot reach, and node A's ranks stop naming them and that address;
 - node B's link set down in the middle of the run: every surviving rank stops with an error
@@ -254,6 +255,28 @@ class MultiNode(unittest.TestCase):
         self.assertEqual(run.losses(), self.reference.losses())
         self.assertEqual(run.adapter(), self.reference.adapter())
         print(f"two nodes x 2 ranks: {seconds:.1f} s", file=sys.stderr)
+
+    def test_torchrun_c10d_rendezvous_on_two_nodes_equals_four_on_one(self):
+        torchrun = os.path.join(ROOT, ".venv", "bin", "torchrun")
+        if not os.path.exists(torchrun):
+            self.skipTest("no torchrun in .venv/ (scripts/setup.sh --libtorch pip installs it)")
+        # torchrun's agent on node 0 hosts the rendezvous store when told so (it cannot tell that
+        # 10.213.0.1 is its own: the namespaces share the host name); --local-addr is what each
+        # node's agent advertises. A LibTorch 1.x ft cannot use the 2.x agent store: rank 0 hosts its own.
+        env = clean_env(**({"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"} if LIBTORCH.startswith("1.") else {}))
+        with TwoNodes() as nodes:
+            run = Run(self.tmp, "torchrun")
+            port = free_port()
+            logs = [os.path.join(run.dir, f"node{i}.log") for i in range(2)]
+            procs = [nodes.start(ns, [torchrun, "--nnodes", "2", "--nproc_per_node", "2", "--rdzv-backend", "c10d",
+                                      "--rdzv-endpoint", f"{NODE_A}:{port}", "--rdzv-id", "netns",
+                                      "--rdzv-conf", f"is_host={'true' if i == 0 else 'false'}", "--local-addr",
+                                      address, "--no-python", os.path.join(BIN, "ft_train"), run.config], env, logs[i])
+                     for i, (ns, address) in enumerate(((nodes.a, NODE_A), (nodes.b, NODE_B)))]
+            codes = wait_all(procs, 600)
+            self.assertEqual(codes, [0, 0], read(logs[0])[-3000:] + read(logs[1])[-3000:])
+        self.assertEqual(run.losses(), self.reference.losses())
+        self.assertEqual(run.adapter(), self.reference.adapter())
 
     def test_gloo_socket_ifname_still_wins(self):
         with TwoNodes() as nodes:
