@@ -11,9 +11,10 @@
 #   scripts/sanitize.sh address -R test_faults   # extra arguments go to ctest (address only)
 # The longest suites run their LEAN_FILTER cases (tests/CMakeLists.txt).
 # ASan and TSan reports from any process (also a rank that was meant to fail) are written under
-# build-*/sanitizer-reports/; the run fails when there is one, and prints it. UBSan reports go to
-# stderr (gcc's UBSan ignores log_path beside ASan), where the tests look for them: a ctest
-# FAIL_REGULAR_EXPRESSION, and test_support's run_command for the output of rank processes.
+# build-*/sanitizer-reports/; the run fails when there is one, and prints it. UBSan reports may
+# go to stderr instead (gcc's UBSan ignores log_path beside ASan), where the tests look for them
+# too: a ctest FAIL_REGULAR_EXPRESSION, and test_support's run_command for rank processes' output.
+# The compiler is clang++ unless FT_CXX names another (scripts/libtorch_choice.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 kind=${1:?usage: scripts/sanitize.sh address|thread [--libtorch debian|pip] [ctest arguments]}
