@@ -34,7 +34,8 @@ packages=(
   python3-sentencepiece   # reference tokenization (ft reads tokenizer.model itself, see lib/data/tokenizer.h)
   python3-numpy
   python3-matplotlib      # scripts/plot_metrics.py
-  clang-14 libclang-rt-14-dev  # libFuzzer for scripts/fuzz.sh (CI fuzzes every parser)
+  clang-14 libclang-rt-14-dev  # the compiler the build scripts pick (half g++'s build time), sanitizers, libFuzzer
+  iproute2                # `ip netns`: the multi-node tests run two hosts as network namespaces (as root)
 )
 
 missing=()
