@@ -15,6 +15,7 @@ import argparse
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -67,15 +68,14 @@ def run_once(build, folder, steps):
 
 
 def step_losses(folder):
-    """{step: loss} from metrics.jsonl, the last entry of each step (a redone step is logged again)."""
-    losses, entries = {}, 0
+    """{step: loss} from metrics.jsonl, the last entry of each step (a redone step may be logged again)."""
+    losses = {}
     with open(os.path.join(folder, "run", "metrics.jsonl")) as f:
         for line in f:
             m = json.loads(line)
             if "loss" in m and "step" in m:
                 losses[m["step"]] = m["loss"]
-                entries += 1
-    return losses, entries
+    return losses
 
 
 def adapter_bytes(folder):
@@ -141,16 +141,20 @@ def main():
         code = launcher.wait()
         killed_s = time.monotonic() - start
         with open(log_path, errors="replace") as f:
-            restarts = sum("restarting all ranks" in line for line in f)
+            lines = f.read().splitlines()
+        restarts = sum("restarting all ranks" in line for line in lines)
+        # Rank 0 prints every step it finishes ("[rank 0] step 12/444 | loss ..."), also one it
+        # finishes again after a restart: the count beyond the run's steps is the work redone.
+        progress = sum(bool(re.match(r"\[rank 0\] step \d+/\d+ ", line)) for line in lines)
         if code != 0:
             sys.exit(f"soak: the killed run failed ({code}) after {kills} kills: see {log_path}")
 
-        expected, _ = step_losses(os.path.join(tmp, "reference"))
-        got, entries = step_losses(folder)
+        expected = step_losses(os.path.join(tmp, "reference"))
+        got = step_losses(folder)
         same_losses = got == expected
         same_adapter = adapter_bytes(folder) == adapter_bytes(os.path.join(tmp, "reference"))
         print(f"soak: {kills} kills ({kills_in_save} during a checkpoint save), {restarts} restarts, "
-              f"{entries - len(got)} steps redone, {killed_s:.1f} s against {reference_s:.1f} s uninterrupted "
+              f"{progress - steps} steps redone, {killed_s:.1f} s against {reference_s:.1f} s uninterrupted "
               f"({killed_s - reference_s:.1f} s lost)")
         print(f"soak: losses of all {len(expected)} steps {'equal' if same_losses else 'DIFFER'}, "
               f"adapter {'bit-identical' if same_adapter else 'DIFFERS'}")
