@@ -24,32 +24,49 @@ std::string numeric(const sockaddr* a) {
   return ::inet_ntop(a->sa_family, raw, text, sizeof(text)) != nullptr ? text : "";
 }
 
-// The interface that holds `address` (numeric), or "".
-std::string interface_holding(const std::string& address) {
+struct InterfaceAddress {
+  std::string interface;
+  std::string address;  // numeric
+};
+
+// Every IPv4 and IPv6 address of this host's interfaces, in getifaddrs' order.
+std::vector<InterfaceAddress> interface_addresses() {
+  std::vector<InterfaceAddress> found;
   ifaddrs* all = nullptr;
-  if (::getifaddrs(&all) != 0) return "";
-  std::string name;
-  for (ifaddrs* i = all; i != nullptr && name.empty(); i = i->ifa_next) {
+  if (::getifaddrs(&all) != 0) return found;
+  for (ifaddrs* i = all; i != nullptr; i = i->ifa_next) {
     if (i->ifa_addr == nullptr || (i->ifa_addr->sa_family != AF_INET && i->ifa_addr->sa_family != AF_INET6)) continue;
-    if (numeric(i->ifa_addr) == address) name = i->ifa_name;
+    found.push_back({i->ifa_name, numeric(i->ifa_addr)});
   }
   ::freeifaddrs(all);
-  return name;
+  return found;
+}
+
+// The interface that holds `address` (numeric), or "".
+std::string interface_holding(const std::string& address) {
+  for (const InterfaceAddress& a : interface_addresses())
+    if (a.address == address) return a.interface;
+  return "";
 }
 
 }  // namespace
 
+std::vector<const addrinfo*> ipv4_first(const addrinfo* list) {
+  std::vector<const addrinfo*> order;
+  for (int family : {AF_INET, AF_INET6})
+    for (const addrinfo* a = list; a != nullptr; a = a->ai_next)
+      if (a->ai_family == family) order.push_back(a);
+  return order;
+}
+
 std::string interface_address(const std::string& interface) {
-  ifaddrs* all = nullptr;
-  if (::getifaddrs(&all) != 0) return "";
-  std::string v4, v6;
-  for (ifaddrs* i = all; i != nullptr; i = i->ifa_next) {
-    if (i->ifa_addr == nullptr || interface != i->ifa_name) continue;
-    if (i->ifa_addr->sa_family == AF_INET && v4.empty()) v4 = numeric(i->ifa_addr);
-    if (i->ifa_addr->sa_family == AF_INET6 && v6.empty()) v6 = numeric(i->ifa_addr);
+  std::string v6;
+  for (const InterfaceAddress& a : interface_addresses()) {
+    if (a.interface != interface) continue;
+    if (a.address.find(':') == std::string::npos) return a.address;  // IPv4 first
+    if (v6.empty()) v6 = a.address;
   }
-  ::freeifaddrs(all);
-  return v4.empty() ? v6 : v4;
+  return v6;
 }
 
 bool is_loopback_address(const std::string& text) {
@@ -69,13 +86,8 @@ LocalAddress local_address_towards(const std::string& host) {
   const int rc = ::getaddrinfo(host.c_str(), "9", &hints, &found);  // any port: nothing is sent
   FT_CHECK(rc == 0, "cannot tell which local address reaches MASTER_ADDR=", host, ": it does not resolve (",
            ::gai_strerror(rc), ")");
-  std::vector<const addrinfo*> order;  // IPv4 first, as the store and Gloo try them
-  for (const addrinfo* a = found; a != nullptr; a = a->ai_next)
-    if (a->ai_family == AF_INET) order.push_back(a);
-  for (const addrinfo* a = found; a != nullptr; a = a->ai_next)
-    if (a->ai_family == AF_INET6) order.push_back(a);
   std::string problem = "no IPv4 or IPv6 address";
-  for (const addrinfo* a : order) {
+  for (const addrinfo* a : ipv4_first(found)) {  // as the store and Gloo try them
     const int fd = ::socket(a->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
     if (fd < 0) continue;
     sockaddr_storage local{};

@@ -6,8 +6,11 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "comm/rank_env.h"
+
+struct addrinfo;
 
 namespace ft::comm {
 
@@ -32,6 +35,9 @@ LocalAddress address_for_other_hosts(const RankEnv& env, const char* variable);
 
 // The first address of the named interface (IPv4 first), or "" when it has none.
 std::string interface_address(const std::string& interface);
+
+// The entries of a getaddrinfo list, IPv4 ones first (the order ft binds and connects in).
+std::vector<const addrinfo*> ipv4_first(const addrinfo* list);
 
 // True for a numeric loopback address (127.x.y.z, ::1, ::ffff:127.x.y.z).
 bool is_loopback_address(const std::string& numeric);

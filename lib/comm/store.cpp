@@ -14,6 +14,7 @@
 #include <chrono>
 #include <thread>
 
+#include "comm/local_address.h"
 #include "comm/store_impl.h"
 #include "util/error.h"
 #include "util/timer.h"
@@ -53,19 +54,15 @@ int listen_only_on(const std::string& host, int port) {
   FT_CHECK(rc == 0, "MASTER_ADDR=", host, " does not resolve: ", ::gai_strerror(rc));
   std::string problem = "no IPv4 or IPv6 address";
   int fd = -1;
-  for (int family : {AF_INET, AF_INET6}) {
-    for (addrinfo* a = found; a != nullptr && fd < 0; a = a->ai_next) {
-      if (a->ai_family != family) continue;
-      fd = ::socket(a->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-      if (fd < 0) continue;
-      const int on = 1;
-      ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof(on));  // as c10d does
-      if (::bind(fd, a->ai_addr, a->ai_addrlen) != 0 || ::listen(fd, SOMAXCONN) != 0) {
-        problem = std::strerror(errno);
-        ::close(fd);
-        fd = -1;
-      }
-    }
+  for (const addrinfo* a : ipv4_first(found)) {
+    fd = ::socket(a->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) continue;
+    const int on = 1;
+    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof(on));  // as c10d does
+    if (::bind(fd, a->ai_addr, a->ai_addrlen) == 0 && ::listen(fd, SOMAXCONN) == 0) break;
+    problem = std::strerror(errno);
+    ::close(fd);
+    fd = -1;
   }
   ::freeaddrinfo(found);
   FT_CHECK(fd >= 0, "cannot listen on ", host, ":", port, ": ", problem);
