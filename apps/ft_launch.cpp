@@ -12,9 +12,12 @@
 // SIGTERM and SIGHUP are passed on to every rank (ft_train then finishes its step, saves a
 // checkpoint and exits 0), with SIGKILL after --stop-grace-period seconds (default 600: time to
 // save); ft_launch exits 0 when every rank did, else 128+N. A second signal kills at once.
-// --max-restarts N (one node): after a rank fails, all ranks are stopped and started again, up
+// --max-restarts N: after a rank fails, all ranks are stopped and started again, up
 // to N times, with FT_RESTART_COUNT (and torchrun's TORCHELASTIC_RESTART_COUNT) set to the
-// attempt; ft_train then continues from the latest complete checkpoint (checkpoint.resume auto). The ranks run in a process group of their own, which is killed at the end, so
+// attempt; ft_train then continues from the latest complete checkpoint (checkpoint.resume auto).
+// With --nnodes > 1 the launchers meet before every start at node 0's --master_addr:--master_port
+// (up to --join-timeout seconds, default 600), so a node that comes back rejoins; the ranks' store
+// then gets a fresh port from node 0 (node_rendezvous.h). The ranks run in a process group of their own, which is killed at the end, so
 // nothing is left behind; each child also dies with ft_launch (PR_SET_PDEATHSIG) should
 // ft_launch itself be killed.
 //

@@ -7,7 +7,8 @@ namespace ft::launch {
 
 const char* const kUsage =
     "usage: ft_launch [--nproc_per_node N] [--nnodes K --node_rank I --master_addr A] [--master_port P]\n"
-    "                 [--grace-period SECONDS] [--stop-grace-period SECONDS] [--max-restarts N] PROGRAM [ARGS...]\n"
+    "                 [--grace-period SECONDS] [--stop-grace-period SECONDS] [--max-restarts N]\n"
+    "                 [--join-timeout SECONDS] PROGRAM [ARGS...]\n"
     "Starts N processes of PROGRAM with RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR and\n"
     "MASTER_PORT set, prefixes their output with [rank R], and stops all of them when one fails.\n";
 
@@ -46,6 +47,8 @@ void set_option(Options& o, const std::string& flag, const std::string& value) {
     o.master_port = parse_int(flag, value, 1, 65535);
   } else if (flag == "--max_restarts") {
     o.max_restarts = parse_int(flag, value, 0, 1000000);
+  } else if (flag == "--join_timeout") {
+    o.join_timeout_s = parse_seconds(flag, value);
   } else if (flag == "--grace_period") {
     o.grace_s = parse_seconds(flag, value);
   } else if (flag == "--stop_grace_period") {
@@ -63,9 +66,6 @@ void check_combination(const Options& o) {
   }
   if (o.nnodes > 1 && (o.master_addr.empty() || o.master_port == 0)) {
     throw UsageError("--nnodes > 1 needs --master_addr (node rank 0's host) and --master_port, the same on every node");
-  }
-  if (o.nnodes > 1 && o.max_restarts > 0) {
-    throw UsageError("--max-restarts restarts this node's ranks only; with --nnodes > 1 let the scheduler restart the job");
   }
 }
 

@@ -26,6 +26,7 @@ struct Options {
   double grace_s = 10;        // after a rank failed
   double stop_grace_s = 600;  // after a signal was passed on: the ranks save a checkpoint
   int max_restarts = 0;       // restarts of all ranks after a rank failed
+  double join_timeout_s = 600;  // --nnodes > 1 with --max-restarts: how long the launchers wait for each other
   std::vector<std::string> command;  // PROGRAM [ARGS...]
 };
 

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "launch/free_port.h"
+#include "launch/node_rendezvous.h"
 #include "launch/rank_environment.h"
 #include "launch/rank_output.h"
 #include "launch/supervision_state.h"
@@ -102,8 +103,9 @@ struct RankProcess {
 // One start of every local rank: their processes and output, watched until all are gone.
 class RankGroup {
  public:
-  RankGroup(const Options& o, int port, SupervisionState& state) : state_(state) {
-    for (int local = 0; local < o.nproc_per_node; ++local) spawn(o, local, port);
+  // `restart`: the start number the ranks are told (FT_RESTART_COUNT).
+  RankGroup(const Options& o, int port, int restart, SupervisionState& state) : state_(state) {
+    for (int local = 0; local < o.nproc_per_node; ++local) spawn(o, local, port, restart);
   }
   RankGroup(const RankGroup&) = delete;
   RankGroup& operator=(const RankGroup&) = delete;
@@ -118,7 +120,7 @@ class RankGroup {
   Action watch();
 
  private:
-  void spawn(const Options& o, int local, int port);
+  void spawn(const Options& o, int local, int port, int restart);
   void reap();
   std::optional<Action> perform(const Actions& actions);
   void read_signals();
@@ -138,9 +140,9 @@ class RankGroup {
   std::vector<RankStream> streams_;
 };
 
-void RankGroup::spawn(const Options& o, int local, int port) {
+void RankGroup::spawn(const Options& o, int local, int port, int restart) {
   const int rank = o.node_rank * o.nproc_per_node + local;
-  std::vector<std::string> env = rank_environment(environ, o, local, port, state_.restart());
+  std::vector<std::string> env = rank_environment(environ, o, local, port, restart);
   std::vector<char*> envp;
   for (std::string& s : env) envp.push_back(s.data());
   envp.push_back(nullptr);
@@ -260,10 +262,39 @@ int pick_port() {
 int supervise(const Options& o) {
   install_signal_handlers();
   SupervisionState state({o.nproc_per_node, o.grace_s, o.stop_grace_s, o.max_restarts});
+  // Several nodes that restart: their launchers meet before every start (node_rendezvous.h).
+  std::optional<NodeRendezvous> nodes;
+  if (o.nnodes > 1 && o.max_restarts > 0) {
+    try {
+      nodes.emplace(o);
+    } catch (const RendezvousError& e) {
+      say(e.what());
+      return 1;
+    }
+  }
+  int last_failure = 0;  // the exit code of the start that failed last
   while (true) {
-    const int port = o.master_port != 0 ? o.master_port : pick_port();
-    const Action end = RankGroup(o, port, state).watch();
+    int port = o.master_port != 0 ? o.master_port : pick_port();
+    int restart = state.restart();
+    if (nodes) {
+      say(o.node_rank == 0 ? str("waiting for the launchers of the other ", o.nnodes - 1, " node(s) at ",
+                                 nodes->endpoint(), " (start ", restart, ")")
+                           : str("joining node 0's launcher at ", nodes->endpoint(), " (start ", restart, " here)"));
+      Meeting meeting;
+      try {
+        meeting = nodes->meet(restart, g_signal_pipe[0]);
+      } catch (const RendezvousError& e) {
+        say(e.what());
+        return last_failure != 0 ? last_failure : 1;
+      }
+      if (meeting.signo != 0) return 128 + meeting.signo;
+      port = meeting.port;
+      restart = meeting.restart;
+      say(str("all ", o.nnodes, " nodes are here: start ", restart, ", ranks' store at ", o.master_addr, ":", port));
+    }
+    const Action end = RankGroup(o, port, restart, state).watch();
     if (end.kind == Action::Kind::kExit) return end.code;
+    last_failure = state.failure_code();
     state.restarted();
   }
 }

@@ -69,6 +69,7 @@ class SupervisionState {
   Phase phase() const { return phase_; }
   int restart() const { return restart_; }   // 0 on the first start
   int running() const { return running_; }   // ranks of this start not reaped yet
+  int failure_code() const { return failed_code_; }  // of the rank that failed on its own in this start, 0: none
   // When SIGKILL is due (stopping, with ranks left); none otherwise.
   std::optional<Clock::time_point> kill_deadline() const;
 

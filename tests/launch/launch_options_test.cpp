@@ -56,6 +56,11 @@ TEST(LaunchOptions, BothSpellingsAndBothValueForms) {
   const Options nodes = parse({"--nnodes", "2", "--node_rank", "1", "--master_addr", "n0", "--master_port", "1", "sh"});
   EXPECT_EQ(nodes.nnodes, 2);
   EXPECT_EQ(nodes.node_rank, 1);
+  EXPECT_EQ(nodes.join_timeout_s, 600);  // torchrun's join_timeout
+  const Options rejoin = parse({"--nnodes", "2", "--master_addr", "n0", "--master_port", "1", "--max-restarts", "3",
+                                "--join-timeout", "90", "sh"});
+  EXPECT_EQ(rejoin.max_restarts, 3);
+  EXPECT_EQ(rejoin.join_timeout_s, 90);
 }
 
 TEST(LaunchOptions, DoubleDashEndsTheFlags) {
@@ -81,8 +86,7 @@ TEST(LaunchOptions, UsageErrors) {
   EXPECT_EQ(error_of({"--nnodes", "2", "--node_rank", "2", "true"}), "--node_rank 2 is out of range for --nnodes 2");
   EXPECT_EQ(error_of({"--nnodes", "2", "--node_rank", "1", "true"}),
             "--nnodes > 1 needs --master_addr (node rank 0's host) and --master_port, the same on every node");
-  EXPECT_EQ(error_of({"--nnodes", "2", "--master_addr", "n0", "--master_port", "1", "--max-restarts", "1", "true"}),
-            "--max-restarts restarts this node's ranks only; with --nnodes > 1 let the scheduler restart the job");
+  EXPECT_EQ(error_of({"--join-timeout", "soon", "true"}), "--join_timeout: expected seconds >= 0, got \"soon\"");
 }
 
 TEST(RankEnvironment, TorchrunsVariablesOverTheInheritedOnes) {

@@ -14,6 +14,9 @@ has a second interface (10.212.0.x) that reaches nobody, made before the one bet
 - node B's link set down in the middle of the run: every surviving rank stops with an error
   within parallel.timeout_s, no process is left behind, and the last complete checkpoint resumes
   on one node (4 ranks -> 2);
+- the same under ft_launch --max-restarts: the launchers meet again, and once the link is back up
+  node B rejoins and the run resumes from the latest checkpoint on both nodes, ending with every
+  step's loss and the adapter of the uninterrupted run;
 - node B's processes all killed at once: node A's ranks stop, naming node B's ranks;
 - node A unreachable at start: node B's ranks stop after parallel.timeout_s naming its address and
   port;
@@ -161,6 +164,16 @@ class Run:
                     out.append(m["loss"])
         return out
 
+    def losses_by_step(self):
+        """{step: loss}, the last entry of each step (a step redone after a restart is logged again)."""
+        out = {}
+        with open(os.path.join(self.run_dir, "metrics.jsonl")) as f:
+            for line in f:
+                m = json.loads(line)
+                if "loss" in m and "step" in m:
+                    out[m["step"]] = m["loss"]
+        return out
+
     def adapter(self):
         with open(os.path.join(self.run_dir, "adapter", "adapter_model.safetensors"), "rb") as f:
             return f.read()
@@ -290,13 +303,13 @@ class MultiNode(unittest.TestCase):
             self.assertIn("interface ftdummy from GLOO_SOCKET_IFNAME", out_b, out_b[-3000:])
             print(f"GLOO_SOCKET_IFNAME=ftdummy on node B: both nodes stopped after {seconds:.1f} s", file=sys.stderr)
 
-    def start_until_first_checkpoint(self, nodes, name):
+    def start_until_first_checkpoint(self, nodes, name, extra=()):
         """Both nodes training a run that checkpoints every 2 steps, once its first one is complete."""
         run = Run(self.tmp, name, steps_per_checkpoint=2, timeout_s=TIMEOUT_S)
         port = free_port()
         logs = [os.path.join(run.dir, f"node{i}.log") for i in range(2)]
-        procs = [nodes.start(nodes.a, launch(nodes, 0, port, run), clean_env(), logs[0]),
-                 nodes.start(nodes.b, launch(nodes, 1, port, run), clean_env(), logs[1])]
+        procs = [nodes.start(nodes.a, launch(nodes, 0, port, run, extra), clean_env(), logs[0]),
+                 nodes.start(nodes.b, launch(nodes, 1, port, run, extra), clean_env(), logs[1])]
         latest = os.path.join(run.run_dir, "checkpoints", "latest")
         deadline = time.monotonic() + 300
         while not os.path.exists(latest) and time.monotonic() < deadline and procs[0].poll() is None:
@@ -334,6 +347,34 @@ class MultiNode(unittest.TestCase):
         self.assertEqual(p.returncode, 0, (p.stdout + p.stderr)[-3000:])
         self.assertIn("resum", p.stdout + p.stderr)
         self.assertTrue(os.path.exists(os.path.join(run.run_dir, "adapter", "adapter_model.safetensors")))
+
+    def test_a_node_whose_link_comes_back_rejoins_under_max_restarts(self):
+        with TwoNodes() as nodes:
+            run, procs, logs = self.start_until_first_checkpoint(
+                nodes, "rejoin", extra=("--max-restarts", "3", "--join-timeout", "300"))
+            nodes.ip("-n", nodes.b, "link", "set", nodes.link_b, "down")
+            down = time.monotonic()
+            # Both nodes' ranks stop (parallel.timeout_s) and their launchers go back to meeting:
+            # node A waits for node B's launcher, which cannot reach it while the link is down.
+            deadline = down + 4 * TIMEOUT_S + 60
+            waiting = lambda: (read(logs[0]).count("waiting for the launchers of the other 1 node(s)") >= 2 and
+                               read(logs[1]).count("joining node 0's launcher") >= 2)
+            while not waiting() and time.monotonic() < deadline and all(p.poll() is None for p in procs):
+                time.sleep(0.1)
+            self.assertTrue(waiting(), read(logs[0])[-3000:] + read(logs[1])[-3000:])
+            stopped = time.monotonic() - down
+            nodes.ip("-n", nodes.b, "link", "set", nodes.link_b, "up")
+            up = time.monotonic()
+            codes = wait_all(procs, 600)
+            out_a, out_b = read(logs[0]), read(logs[1])
+            self.assertEqual(codes, [0, 0], out_a[-3000:] + out_b[-3000:])
+            self.assertIn("all 2 nodes are here: start 1", out_a)
+            self.assertIn("all 2 nodes are here: start 1", out_b)
+            print(f"node B's link down -> both nodes' ranks stopped and their launchers waited after {stopped:.1f} s; "
+                  f"link up -> rejoined and finished {time.monotonic() - up:.1f} s later", file=sys.stderr)
+        # Resumed from the latest checkpoint: every step's loss and the adapter as if nothing happened.
+        self.assertEqual(run.losses_by_step(), dict(enumerate(self.reference.losses(), 1)))
+        self.assertEqual(run.adapter(), self.reference.adapter())
 
     def test_packets_dropped_stops_every_rank(self):
         if shutil.which("iptables"):
