@@ -236,6 +236,8 @@ std::vector<KeyDecl> make_declarations() {
              "continue from checkpoints/latest when present"),
       key("checkpoint.save_at_end", k, &CheckpointConfig::save_at_end, kBool, Json(true),
           "write the last step's checkpoint and the adapter or model; false for throwaway runs (ft_bench)"),
+      key("checkpoint.async", k, &CheckpointConfig::async, kBool, Json(false),
+          "write checkpoints in the background: training waits only for a copy in host memory"),
       ranged(key("log.every_steps", g, &LogConfig::every_steps, kInt, Json(1), "metrics line every N steps"), 1,
              std::nullopt),
       ranged(key("log.eval_every_steps", g, &LogConfig::eval_every_steps, kInt, Json(0),

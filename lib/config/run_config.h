@@ -95,6 +95,7 @@ struct CheckpointConfig {
   std::int64_t keep_last = 2;
   ResumeMode resume = ResumeMode::kAuto;
   bool save_at_end = true;       // false: no last-step checkpoint, no adapter/ or model/
+  bool async = false;            // write checkpoints in the background (host copies while saving)
 };
 
 struct LogConfig {

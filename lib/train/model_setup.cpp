@@ -68,6 +68,41 @@ TrainableModel build_trainable_model(const config::RunConfig& c, const data::Tok
   return tm;
 }
 
+namespace {
+
+// Host memory for a copy of `t` in `dtype`: pinned when `t` is on a GPU, so the copy runs at full
+// PCIe speed.
+at::Tensor host_copy(const at::Tensor& t, at::ScalarType dtype) {
+  at::Tensor host = at::empty(t.sizes(), t.options().dtype(dtype).device(at::kCPU).pinned_memory(t.is_cuda()));
+  host.copy_(t.detach());
+  return host;
+}
+
+// A full fine-tune's folder beside model.safetensors: config.json, the tokenizer and generation files.
+void write_model_side_files(const config::RunConfig& c, const TrainableModel& tm, const data::Tokenizer& tokenizer,
+                            const std::string& dir) {
+  write_file_atomic(join_path(dir, "config.json"), tm.model->config().to_json(compute_dtype(c)).dump(2) + "\n");
+  for (const char* name : {"tokenizer_config.json", "special_tokens_map.json", "generation_config.json"}) {
+    const std::string from = join_path(c.model.path, name);
+    if (file_exists(from)) write_file_atomic(join_path(dir, name), read_file(from));
+  }
+  // Under the file's own name: tokenizer.json (byte-level BPE) or tokenizer.model (sentencepiece).
+  const std::string& source = tokenizer.path();
+  const std::string file_name = source.substr(source.find_last_of('/') + 1);
+  write_file_atomic(join_path(dir, file_name), read_file(source));
+}
+
+// model.safetensors of a full fine-tune in the compute dtype, to be filled parameter by parameter.
+std::unique_ptr<io::SafetensorsStreamWriter> open_model_file(const config::RunConfig& c, const TrainableModel& tm,
+                                                             const std::string& dir) {
+  make_directories(dir);
+  std::vector<io::SafetensorsStreamWriter::Entry> entries;
+  for (auto& [name, p] : tm.trainable) entries.push_back({name, compute_dtype(c), p.sizes().vec()});
+  return std::make_unique<io::SafetensorsStreamWriter>(join_path(dir, "model.safetensors"), entries);
+}
+
+}  // namespace
+
 void write_trained_weights(const config::RunConfig& c, TrainableModel& tm, parallel::ParallelStrategy& strategy,
                            comm::Communicator& comm, const data::Tokenizer& tokenizer, const std::string& dir) {
   const bool root = comm.is_root();
@@ -94,27 +129,43 @@ void write_trained_weights(const config::RunConfig& c, TrainableModel& tm, paral
   // Full fine-tune: an HF folder in the compute dtype, streamed one parameter at a time as the
   // strategy gathers them; a tied head is not written (as transformers' save_pretrained does).
   std::unique_ptr<io::SafetensorsStreamWriter> writer;
-  on_root([&] {
-    make_directories(dir);
-    std::vector<io::SafetensorsStreamWriter::Entry> entries;
-    for (auto& [name, p] : tm.trainable) entries.push_back({name, compute_dtype(c), p.sizes().vec()});
-    writer = std::make_unique<io::SafetensorsStreamWriter>(join_path(dir, "model.safetensors"), entries);
-  });
+  on_root([&] { writer = open_model_file(c, tm, dir); });
   strategy.for_each_full_parameter(
       [&](const std::string& name, const at::Tensor& value) { on_root([&] { writer->write(name, value); }); });
   on_root([&] {
     writer->finish();
-    write_file_atomic(join_path(dir, "config.json"), tm.model->config().to_json(compute_dtype(c)).dump(2) + "\n");
-    for (const char* name : {"tokenizer_config.json", "special_tokens_map.json", "generation_config.json"}) {
-      const std::string from = join_path(c.model.path, name);
-      if (file_exists(from)) write_file_atomic(join_path(dir, name), read_file(from));
-    }
-    // Under the file's own name: tokenizer.json (byte-level BPE) or tokenizer.model (sentencepiece).
-    const std::string& source = tokenizer.path();
-    const std::string file_name = source.substr(source.find_last_of('/') + 1);
-    write_file_atomic(join_path(dir, file_name), read_file(source));
+    write_model_side_files(c, tm, tokenizer, dir);
   });
   FT_CHECK(error.empty(), error);
+}
+
+checkpoint::WeightsWriter snapshot_trained_weights(const config::RunConfig& c, TrainableModel& tm,
+                                                   parallel::ParallelStrategy& strategy, comm::Communicator& comm,
+                                                   const data::Tokenizer& tokenizer) {
+  // Every rank takes part in the gathers; rank 0 keeps host copies (the whole model, in the
+  // compute dtype, for a full fine-tune: host memory for the time of the save).
+  const bool root = comm.is_root();
+  auto weights = std::make_shared<io::NamedTensors>();
+  const at::ScalarType dtype = tm.lora ? at::kFloat : compute_dtype(c);
+  strategy.for_each_full_parameter([&](const std::string& name, const at::Tensor& value) {
+    if (root) weights->emplace_back(name, host_copy(value, dtype));
+  });
+  if (!root) return [](const std::string&) {};
+  const config::RunConfig* config = &c;
+  const TrainableModel* model = &tm;
+  const data::Tokenizer* tok = &tokenizer;
+  const std::string folder = tm.lora ? "adapter" : "model";
+  return [weights, config, model, tok, folder](const std::string& checkpoint_dir) {
+    const std::string dir = join_path(checkpoint_dir, folder);
+    if (model->lora) {
+      model::save_adapter(*weights, *model->lora, dir, config->model.path);
+      return;
+    }
+    std::unique_ptr<io::SafetensorsStreamWriter> writer = open_model_file(*config, *model, dir);
+    for (const auto& [name, value] : *weights) writer->write(name, value);
+    writer->finish();
+    write_model_side_files(*config, *model, *tok, dir);
+  };
 }
 
 void save_result(const config::RunConfig& c, TrainableModel& tm, parallel::ParallelStrategy& strategy,

@@ -7,6 +7,7 @@
 
 #include <optional>
 
+#include "checkpoint/checkpoint_writer.h"
 #include "config/run_config.h"
 #include "model/llama_model.h"
 #include "model/lora.h"
@@ -47,6 +48,13 @@ TrainableModel build_trainable_model(const config::RunConfig& config, const data
 void write_trained_weights(const config::RunConfig& config, TrainableModel& model, parallel::ParallelStrategy& strategy,
                            comm::Communicator& comm, const data::Tokenizer& tokenizer, const std::string& dir);
 
+// For a checkpoint saved in the background: the strategy gathers the weights (collective) and
+// rank 0 keeps host copies (pinned from a GPU); the writer it returns writes them into
+// CHECKPOINT_DIR/adapter or CHECKPOINT_DIR/model later, on any thread, as write_trained_weights
+// would have. `config`, `model` and `tokenizer` must outlive the writer.
+checkpoint::WeightsWriter snapshot_trained_weights(const config::RunConfig& config, TrainableModel& model,
+                                                   parallel::ParallelStrategy& strategy, comm::Communicator& comm,
+                                                   const data::Tokenizer& tokenizer);
 // After training: write_trained_weights into RUN_DIR/adapter or RUN_DIR/model.
 void save_result(const config::RunConfig& config, TrainableModel& model, parallel::ParallelStrategy& strategy,
                  comm::Communicator& comm, const data::Tokenizer& tokenizer);

@@ -7,6 +7,7 @@
 #include <optional>
 #include <thread>
 
+#include "checkpoint/async_checkpointer.h"
 #include "checkpoint/checkpoint_folder.h"
 #include "checkpoint/checkpoint_reader.h"
 #include "checkpoint/checkpoint_writer.h"
@@ -218,6 +219,9 @@ class TrainingRun {
   double final_eval_loss_ = NAN;
   double checkpoint_seconds_ = 0;
   Stopwatch run_clock_;  // from the first step on
+  // checkpoint.async. Last: destroyed first, its writer thread joined while the model, strategy
+  // and tokenizer its snapshot refers to still exist.
+  std::unique_ptr<checkpoint::AsyncCheckpointer> async_saves_;
 };
 
 void TrainingRun::prepare_run_folder() {
@@ -340,6 +344,7 @@ TrainSummary TrainingRun::run() {
     const std::int64_t done = state_.step;
     if (c_.log.eval_every_steps > 0 && done % c_.log.eval_every_steps == 0 && done < state_.total_steps) evaluate(done);
     state_.last_lr = lr;
+    if (async_saves_) async_saves_->poll();  // a background save made complete once all ranks wrote it
     const bool periodic = c_.checkpoint.every_steps > 0 && done % c_.checkpoint.every_steps == 0;
     if (periodic || (done == state_.total_steps && c_.checkpoint.save_at_end) || stop)
       metrics_->write(Json{{"step", done}, {"checkpoint_s", save_checkpoint()}});
@@ -495,6 +500,15 @@ double TrainingRun::save_checkpoint() {
   request.write_weights = [this](const std::string& dir) {
     write_trained_weights(c_, tm_, *strategy_, comm_, *tokenizer_, join_path(dir, tm_.lora ? "adapter" : "model"));
   };
+  if (c_.checkpoint.async) {
+    request.snapshot_weights = [this] { return snapshot_trained_weights(c_, tm_, *strategy_, comm_, *tokenizer_); };
+    if (!async_saves_) async_saves_ = std::make_unique<checkpoint::AsyncCheckpointer>(comm_);
+    const double held = async_saves_->start(request, *strategy_);
+    checkpoint_seconds_ += held;
+    if (root_) log::info("checkpoint of step ", request.state.step, " started: training held ", held,
+                         " s for the copy, the files are written in the background");
+    return held;
+  }
   const checkpoint::SaveReport report = checkpoint::save_checkpoint(request, comm_, *strategy_);
   checkpoint_seconds_ += report.seconds;
   if (root_) log::info("checkpoint ", report.path, " saved in ", report.seconds, " s (", report.bytes / 1e6, " MB)");
@@ -512,6 +526,7 @@ TrainSummary TrainingRun::finish(bool stopped) {
   summary.checkpoint_seconds = checkpoint_seconds_;
   const std::int64_t total_steps = state_.total_steps;
   if (stopped) {
+    if (async_saves_) async_saves_->finish();  // the stop's checkpoint, complete before the exit
     summary.stopped_by_signal = true;
     summary.skipped_steps = state_.skipped_steps;
     summary.first_eval_loss = state_.first_eval_loss;
@@ -533,6 +548,8 @@ TrainSummary TrainingRun::finish(bool stopped) {
     log::info("checkpoint.save_at_end is false: the ", c_.lora ? "adapter" : "model",
               " is not written, nor a checkpoint of the last step beyond a periodic one");
   }
+  // The last background save was written during the final evaluation and the results.
+  if (async_saves_) async_saves_->finish();
   comm_.barrier();
   return summary;
 }

@@ -10,6 +10,9 @@
 //     a restart cleans up and still reproduces the uninterrupted run;
 //   - resharding: saved on 2 ranks, resumed on 4 and on 1; saved on 4, resumed on 2; for ddp,
 //     zero1, zero2 and fsdp, and across strategies: the loss curve continues (1e-5 relative);
+//   - in the background (checkpoint.async): every file of every checkpoint equals a synchronous
+//     save's, the run is bit for bit the same, and the kills at every stage and the full disk
+//     below end the same way;
 //   - refusals: a damaged or truncated file is an error naming it, an earlier checkpoint still
 //     resumes; a config that changes the math is refused unless --resume-force; a full disk
 //     (a file-size limit) fails the save and leaves the previous checkpoint as it was.
@@ -21,6 +24,8 @@ namespace ft {
 namespace {
 
 using namespace ft::test;
+
+const char* const kAsync = "--set checkpoint.async=true";
 
 class ExactResume : public ::testing::TestWithParam<TrainSetup> {};
 
@@ -82,7 +87,8 @@ INSTANTIATE_TEST_SUITE_P(Strategies, ExactResume,
 
 // Rank 0 killed at each stage of the second save (step 6): the checkpoint `latest` names is
 // complete, the restart removes the unfinished folder and reproduces the uninterrupted run.
-TEST(CheckpointCrash, KilledAtEveryStageOfASave) {
+// `args`: "--set checkpoint.async=true" kills the background writer at the same stages.
+void killed_at_every_stage_of_a_save(const std::string& args) {
   const TrainSetup setup{"zero2", false};
   const auto& [ref_dir, ref] = reference(setup);
   const std::vector<std::pair<std::string, int>> stages = {
@@ -91,17 +97,56 @@ TEST(CheckpointCrash, KilledAtEveryStageOfASave) {
   for (const auto& [stage, expected_latest] : stages) {
     SCOPED_TRACE(stage);
     RunDir dir(setup, 100);
-    const RunResult killed = dir.run(2, "", "FT_FAULT=" + stage + ":2@0");
+    const RunResult killed = dir.run(2, args, "FT_FAULT=" + stage + ":2@0");
     EXPECT_NE(killed.exit_code, 0);
     EXPECT_EQ(latest_step(dir.run_dir()), expected_latest);
     checkpoint::CheckpointReader latest(*checkpoint::latest_checkpoint(dir.run_dir()));
     for (const auto& f : latest.manifest().files) EXPECT_NO_THROW(checkpoint::verify_file(latest.dir(), latest.manifest(), f.path));
-    const RunResult resumed = dir.run(2);
+    const RunResult resumed = dir.run(2, args);
     ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
     expect_latest_complete(dir.run_dir());
     expect_identical(ref, resumed);
   }
 }
+
+TEST(CheckpointCrash, KilledAtEveryStageOfASave) { killed_at_every_stage_of_a_save(""); }
+
+// checkpoint.async: the writer threads' stages, with training going on meanwhile.
+TEST(CheckpointCrash, KilledAtEveryStageOfABackgroundSave) { killed_at_every_stage_of_a_save(kAsync); }
+
+// Every file of every checkpoint saved in the background is the file a synchronous save writes,
+// byte for byte (LoRA with dropout: the RNG state; zero2 and fsdp full: sharded state and the
+// gathered model), and so are the run's losses, evaluation and weights.
+class AsyncSave : public ::testing::TestWithParam<TrainSetup> {};
+
+TEST_P(AsyncSave, WritesTheSameFilesAsASynchronousSave) {
+  const auto& [ref_dir, ref] = reference(GetParam());
+  RunDir dir(GetParam(), 100);
+  const RunResult async = dir.run(2, kAsync);
+  ASSERT_EQ(async.exit_code, 0) << async.output;
+  EXPECT_NE(async.output.find("written in the background"), std::string::npos) << async.output;
+  expect_identical(ref, async);
+  expect_latest_complete(dir.run_dir());
+  for (int step = kEvery; step <= kSteps; step += kEvery) {
+    SCOPED_TRACE(step);
+    const checkpoint::CheckpointReader sync_checkpoint(ref_dir->checkpoint(step));
+    const checkpoint::CheckpointReader async_checkpoint(dir.checkpoint(step));
+    ASSERT_EQ(sync_checkpoint.manifest().files.size(), async_checkpoint.manifest().files.size());
+    for (const auto& f : sync_checkpoint.manifest().files) {
+      if (f.path == "config.json") continue;  // the run's config: another run_dir, checkpoint.async
+      const auto* same = async_checkpoint.manifest().find(f.path);
+      ASSERT_NE(same, nullptr) << f.path;
+      EXPECT_EQ(same->size, f.size) << f.path;
+      EXPECT_TRUE(read_file(sync_checkpoint.dir() + "/" + f.path) == read_file(async_checkpoint.dir() + "/" + f.path))
+          << f.path << " differs";
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Strategies, AsyncSave,
+                         ::testing::Values(TrainSetup{"ddp", true, 0.1}, TrainSetup{"zero2", false},
+                                           TrainSetup{"fsdp", false}),
+                         [](const auto& info) { return label(info.param); });
 
 class Reshard : public ::testing::TestWithParam<TrainSetup> {};
 
@@ -248,14 +293,15 @@ TEST(Restarts, AFailedRankRestartsEveryRankFromTheLatestCheckpoint) {
   expect_identical(ref, fresh.collect());
 }
 
-TEST(CheckpointErrors, AFullDiskFailsTheSaveAndKeepsThePreviousCheckpoint) {
+void a_full_disk_fails_the_save_and_keeps_the_previous_checkpoint(const std::string& args) {
   const TrainSetup setup{"ddp", false};
   RunDir dir(setup, 100);
+  // A synchronous save of step 3 (one in the background might still be completing at the kill).
   const RunResult killed = dir.run(1, "", "FT_FAULT=step.done:4");
   EXPECT_NE(killed.exit_code, 0);
   ASSERT_EQ(latest_step(dir.run_dir()), 3);
   // Files may not grow past 200 KiB: the metrics still fit, the next checkpoint's shard does not.
-  const RunResult full = dir.run(1, "", "ulimit -f 200;");
+  const RunResult full = dir.run(1, args, "ulimit -f 200;");
   EXPECT_EQ(full.exit_code, 1) << full.output;
   EXPECT_NE(full.output.find("rank_00000.safetensors"), std::string::npos) << full.output;
   EXPECT_NE(full.output.find("File too large"), std::string::npos) << full.output;
@@ -263,9 +309,18 @@ TEST(CheckpointErrors, AFullDiskFailsTheSaveAndKeepsThePreviousCheckpoint) {
   EXPECT_EQ(latest_step(dir.run_dir()), 3);
   expect_latest_complete(dir.run_dir());
   EXPECT_FALSE(file_exists(dir.checkpoint(6)));
-  const RunResult resumed = dir.run(1);
+  const RunResult resumed = dir.run(1, args);
   EXPECT_EQ(resumed.exit_code, 0) << resumed.output;
   EXPECT_EQ(latest_step(dir.run_dir()), kSteps);
+}
+
+TEST(CheckpointErrors, AFullDiskFailsTheSaveAndKeepsThePreviousCheckpoint) {
+  a_full_disk_fails_the_save_and_keeps_the_previous_checkpoint("");
+}
+
+// In the background: the writer's error reaches every rank at the next step, and the run stops.
+TEST(CheckpointErrors, AFullDiskFailsABackgroundSaveAndKeepsThePreviousCheckpoint) {
+  a_full_disk_fails_the_save_and_keeps_the_previous_checkpoint(kAsync);
 }
 
 }  // namespace

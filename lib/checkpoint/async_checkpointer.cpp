@@ -1,0 +1,166 @@
+#include "checkpoint/async_checkpointer.h"
+
+#include <torch/torch.h>
+
+#include "checkpoint/checkpoint_folder.h"
+#include "checkpoint/save_agreement.h"
+#include "util/error.h"
+#include "util/fault_point.h"
+#include "util/file_util.h"
+#include "util/log.h"
+#include "util/timer.h"
+
+namespace ft::checkpoint {
+
+struct AsyncCheckpointer::Save {
+  bool root = false;
+  std::string run_dir, tmp, final_path, strategy_name;
+  std::int64_t step = 0, keep_last = 2;
+  int world_size = 1;
+  Json resolved_config;
+  TrainingState state;
+  RankFiles files;        // this rank's snapshot, until written
+  WeightsWriter weights;  // rank 0's gathered weights, until written
+  Stopwatch clock;        // from start()
+  std::thread thread;
+  // Set by the thread when it is done, after `error` and `bytes` (release; read with acquire).
+  std::atomic<bool> written{false};
+  std::atomic<bool> completed{false};
+  std::string error;
+  std::uint64_t bytes = 0;
+  bool reported = false;
+
+  std::string what() const { return str("checkpoint ", final_path); }
+  void join() {
+    if (thread.joinable()) thread.join();
+  }
+
+  // The writer thread, first part: this rank's files (rank 0: also the weights and run files).
+  void write() {
+    try {
+      write_rank_files(tmp, files);
+      files = RankFiles{};  // the host copy is no longer needed
+      fault_point("checkpoint.rank_files_written");
+      if (root) {
+        weights(tmp);
+        weights = nullptr;
+        write_run_files(tmp, state, resolved_config);
+      }
+      fault_point("checkpoint.files_written");
+    } catch (const std::exception& e) {
+      error = e.what()[0] != '\0' ? e.what() : "unknown error";
+    }
+    written.store(true, std::memory_order_release);
+  }
+
+  // Rank 0's writer thread, once every rank's files are there: the checkpoint made complete.
+  void complete() {
+    try {
+      bytes = complete_checkpoint(run_dir, step, world_size, strategy_name, resolved_config, keep_last);
+    } catch (const std::exception& e) {
+      error = e.what()[0] != '\0' ? e.what() : "unknown error";
+    }
+    completed.store(true, std::memory_order_release);
+  }
+};
+
+AsyncCheckpointer::AsyncCheckpointer(comm::Communicator& comm) : comm_(comm) {}
+
+AsyncCheckpointer::~AsyncCheckpointer() {
+  if (save_) save_->join();
+}
+
+double AsyncCheckpointer::start(const SaveRequest& request, parallel::ParallelStrategy& strategy) {
+  Stopwatch held;
+  finish();  // at most one save in flight
+  auto save = std::make_unique<Save>();
+  Save& s = *save;
+  s.root = comm_.is_root();
+  s.run_dir = request.run_dir;
+  s.step = request.state.step;
+  s.keep_last = request.keep_last;
+  s.world_size = comm_.world_size();
+  s.strategy_name = strategy.name();
+  s.resolved_config = request.resolved_config;
+  s.state = request.state;
+  s.final_path = join_path(checkpoints_dir(request.run_dir), step_name(request.state.step));
+  s.tmp = s.final_path + ".tmp";
+  auto cleanup = [&] { remove_tree(s.tmp); };
+
+  Attempt attempt;
+  if (s.root) attempt([&] {
+    remove_tree(s.tmp);
+    make_directories(s.tmp);
+  });
+  agree(comm_, attempt, s.what(), cleanup);
+  fault_point("checkpoint.started");
+  // The snapshot: host copies of this rank's state; the weights gathered (collective, so every
+  // rank takes part whatever failed above). Out of host memory here fails the save everywhere.
+  attempt([&] { s.files = rank_files(strategy, comm_, request.device, /*copy=*/true); });
+  try {
+    s.weights = request.snapshot_weights();
+  } catch (const std::exception& e) {
+    attempt.fail(e.what());
+  }
+  agree(comm_, attempt, s.what(), cleanup);
+  s.thread = std::thread([&s] { s.write(); });
+  save_ = std::move(save);
+  phase_ = Phase::kWriting;
+  return held.seconds();
+}
+
+std::optional<SaveReport> AsyncCheckpointer::poll() {
+  if (phase_ == Phase::kCompleting) return take_completed();
+  if (phase_ != Phase::kWriting) return std::nullopt;
+  const bool written = save_->written.load(std::memory_order_acquire);
+  const double writing = comm::all_reduce_scalar(comm_, written ? 0.0 : 1.0, comm::ReduceOp::kSum);
+  if (writing == 0) agree_written();
+  return std::nullopt;
+}
+
+// Collective, once every rank's writer is done: did any fail? Then rank 0 completes it.
+void AsyncCheckpointer::agree_written() {
+  save_->join();
+  Attempt attempt;
+  if (!save_->error.empty()) attempt.fail(save_->error);
+  try {
+    const std::string tmp = save_->tmp;
+    agree(comm_, attempt, save_->what(), [&] { remove_tree(tmp); });
+  } catch (...) {
+    save_.reset();
+    phase_ = Phase::kIdle;
+    throw;
+  }
+  phase_ = Phase::kCompleting;
+  if (save_->root) {
+    Save* s = save_.get();
+    s->thread = std::thread([s] { s->complete(); });
+  } else {
+    save_->completed.store(true, std::memory_order_release);
+  }
+}
+
+std::optional<SaveReport> AsyncCheckpointer::take_completed() {
+  Save& s = *save_;
+  if (!s.root || s.reported || !s.completed.load(std::memory_order_acquire) || !s.error.empty()) return std::nullopt;
+  s.reported = true;
+  const double seconds = s.clock.seconds();
+  log::info("checkpoint ", s.final_path, " complete, ", seconds, " s after the save began (", s.bytes / 1e6,
+            " MB written in the background)");
+  return SaveReport{s.final_path, seconds, s.bytes};
+}
+
+std::optional<SaveReport> AsyncCheckpointer::finish() {
+  if (phase_ == Phase::kIdle) return std::nullopt;
+  if (phase_ == Phase::kWriting) agree_written();  // waits for this rank's writer first
+  save_->join();  // rank 0: the completion
+  Attempt attempt;
+  if (!save_->error.empty()) attempt.fail(save_->error);
+  std::optional<SaveReport> report = take_completed();
+  const std::unique_ptr<Save> done = std::move(save_);
+  phase_ = Phase::kIdle;
+  agree(comm_, attempt, done->what(), [&] { remove_tree(done->tmp); });
+  return report;
+}
+
+}  // namespace ft::checkpoint
