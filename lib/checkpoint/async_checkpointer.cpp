@@ -96,9 +96,9 @@ double AsyncCheckpointer::start(const SaveRequest& request, parallel::ParallelSt
   fault_point("checkpoint.started");
   // The snapshot: host copies of this rank's state; the weights gathered (collective, so every
   // rank takes part whatever failed above). Out of host memory here fails the save everywhere.
-  attempt([&] { s.files = rank_files(strategy, comm_, request.device, /*copy=*/true); });
+  attempt([&] { s.files = rank_files(strategy, comm_, request.device, &staging_); });
   try {
-    s.weights = request.snapshot_weights();
+    s.weights = request.snapshot_weights(staging_);
   } catch (const std::exception& e) {
     attempt.fail(e.what());
   }

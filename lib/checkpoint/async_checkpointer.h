@@ -25,6 +25,7 @@
 #include <thread>
 
 #include "checkpoint/checkpoint_writer.h"
+#include "checkpoint/host_staging.h"
 #include "comm/communicator.h"
 #include "parallel/parallel_strategy.h"
 
@@ -57,6 +58,7 @@ class AsyncCheckpointer {
   void join();
 
   comm::Communicator& comm_;
+  HostStaging staging_;  // the snapshots' host memory, reused by every save
   Phase phase_ = Phase::kIdle;
   std::unique_ptr<Save> save_;
 };

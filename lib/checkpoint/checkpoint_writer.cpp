@@ -47,7 +47,8 @@ std::string rank_index_file(int rank) {
   return buffer;
 }
 
-RankFiles rank_files(parallel::ParallelStrategy& strategy, comm::Communicator& comm, c10::Device device, bool copy) {
+RankFiles rank_files(parallel::ParallelStrategy& strategy, comm::Communicator& comm, c10::Device device,
+                     HostStaging* staging) {
   parallel::OptimizerShard& shard = strategy.optimizer_shard();
   const optim::AdamWState state = shard.optimizer().state();
   at::Tensor master = shard.master(), exp_avg = state.exp_avg, exp_avg_sq = state.exp_avg_sq;
@@ -70,14 +71,8 @@ RankFiles rank_files(parallel::ParallelStrategy& strategy, comm::Communicator& c
   }
   RankFiles files;
   files.tensors = {{"master", master}, {"exp_avg", exp_avg}, {"exp_avg_sq", exp_avg_sq}};
-  if (copy) {
-    // A snapshot training cannot change: host memory, pinned when the state is on a GPU, so the
-    // copies run at full PCIe speed.
-    for (auto& [name, t] : files.tensors) {
-      at::Tensor host = at::empty(t.sizes(), t.options().device(at::kCPU).pinned_memory(t.is_cuda()));
-      host.copy_(t);
-      t = host;
-    }
+  if (staging != nullptr) {
+    for (auto& [name, t] : files.tensors) t = staging->copy("shard." + name, t);  // a snapshot training cannot change
   }
   for (auto& t : capture_rng(device)) files.tensors.push_back(std::move(t));
   files.shard = RankShard{rank, rank_shard_file(rank), master.numel(), std::move(pieces)};
@@ -162,7 +157,7 @@ SaveReport save_checkpoint(const SaveRequest& request, comm::Communicator& comm,
   fault_point("checkpoint.started");
 
   // This rank's shard and RNG state, and an index of it for the manifest.
-  attempt([&] { write_rank_files(tmp, rank_files(strategy, comm, request.device, /*copy=*/false)); });
+  attempt([&] { write_rank_files(tmp, rank_files(strategy, comm, request.device, /*staging=*/nullptr)); });
   fault_point("checkpoint.rank_files_written");
 
   // The weights as users read them: collective, so every rank calls it whatever happened above.

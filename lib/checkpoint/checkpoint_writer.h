@@ -19,6 +19,7 @@
 #include <functional>
 #include <string>
 
+#include "checkpoint/host_staging.h"
 #include "checkpoint/manifest.h"
 #include "checkpoint/training_state.h"
 #include "io/safetensors.h"
@@ -41,8 +42,9 @@ struct SaveRequest {
   // It must complete the strategy's collectives even when rank 0's writing fails (and then throw).
   std::function<void(const std::string& dir)> write_weights;
   // Collective, for a save in the background (async_checkpointer.h): the strategy gathers the
-  // weights and rank 0 keeps host copies; the writer it returns writes them later, on its own.
-  std::function<WeightsWriter()> snapshot_weights;
+  // weights and rank 0 keeps host copies (in the staging buffers); the writer it returns writes
+  // them later, on its own.
+  std::function<WeightsWriter(HostStaging& staging)> snapshot_weights;
 };
 
 struct SaveReport {
@@ -61,9 +63,10 @@ struct RankFiles {
   io::NamedTensors tensors;
   RankShard shard;
 };
-// `copy`: host copies (pinned when the state is on a GPU) that training may not touch; else
+// `staging`: host copies (pinned when the state is on a GPU) that training may not touch; none:
 // views of the live state, to be written before training goes on.
-RankFiles rank_files(parallel::ParallelStrategy& strategy, comm::Communicator& comm, c10::Device device, bool copy);
+RankFiles rank_files(parallel::ParallelStrategy& strategy, comm::Communicator& comm, c10::Device device,
+                     HostStaging* staging);
 // rank_R.safetensors and rank_R.json in `tmp`, each fsynced.
 void write_rank_files(const std::string& tmp, const RankFiles& files);
 // training_state.json and config.json (rank 0).

@@ -70,14 +70,6 @@ TrainableModel build_trainable_model(const config::RunConfig& c, const data::Tok
 
 namespace {
 
-// Host memory for a copy of `t` in `dtype`: pinned when `t` is on a GPU, so the copy runs at full
-// PCIe speed.
-at::Tensor host_copy(const at::Tensor& t, at::ScalarType dtype) {
-  at::Tensor host = at::empty(t.sizes(), t.options().dtype(dtype).device(at::kCPU).pinned_memory(t.is_cuda()));
-  host.copy_(t.detach());
-  return host;
-}
-
 // A full fine-tune's folder beside model.safetensors: config.json, the tokenizer and generation files.
 void write_model_side_files(const config::RunConfig& c, const TrainableModel& tm, const data::Tokenizer& tokenizer,
                             const std::string& dir) {
@@ -141,14 +133,14 @@ void write_trained_weights(const config::RunConfig& c, TrainableModel& tm, paral
 
 checkpoint::WeightsWriter snapshot_trained_weights(const config::RunConfig& c, TrainableModel& tm,
                                                    parallel::ParallelStrategy& strategy, comm::Communicator& comm,
-                                                   const data::Tokenizer& tokenizer) {
+                                                   const data::Tokenizer& tokenizer, checkpoint::HostStaging& staging) {
   // Every rank takes part in the gathers; rank 0 keeps host copies (the whole model, in the
   // compute dtype, for a full fine-tune: host memory for the time of the save).
   const bool root = comm.is_root();
   auto weights = std::make_shared<io::NamedTensors>();
   const at::ScalarType dtype = tm.lora ? at::kFloat : compute_dtype(c);
   strategy.for_each_full_parameter([&](const std::string& name, const at::Tensor& value) {
-    if (root) weights->emplace_back(name, host_copy(value, dtype));
+    if (root) weights->emplace_back(name, staging.copy("weights." + name, value, dtype));
   });
   if (!root) return [](const std::string&) {};
   const config::RunConfig* config = &c;

@@ -49,12 +49,12 @@ void write_trained_weights(const config::RunConfig& config, TrainableModel& mode
                            comm::Communicator& comm, const data::Tokenizer& tokenizer, const std::string& dir);
 
 // For a checkpoint saved in the background: the strategy gathers the weights (collective) and
-// rank 0 keeps host copies (pinned from a GPU); the writer it returns writes them into
+// rank 0 keeps host copies (in `staging`, pinned from a GPU); the writer it returns writes them into
 // CHECKPOINT_DIR/adapter or CHECKPOINT_DIR/model later, on any thread, as write_trained_weights
 // would have. `config`, `model` and `tokenizer` must outlive the writer.
 checkpoint::WeightsWriter snapshot_trained_weights(const config::RunConfig& config, TrainableModel& model,
                                                    parallel::ParallelStrategy& strategy, comm::Communicator& comm,
-                                                   const data::Tokenizer& tokenizer);
+                                                   const data::Tokenizer& tokenizer, checkpoint::HostStaging& staging);
 // After training: write_trained_weights into RUN_DIR/adapter or RUN_DIR/model.
 void save_result(const config::RunConfig& config, TrainableModel& model, parallel::ParallelStrategy& strategy,
                  comm::Communicator& comm, const data::Tokenizer& tokenizer);

@@ -501,7 +501,9 @@ double TrainingRun::save_checkpoint() {
     write_trained_weights(c_, tm_, *strategy_, comm_, *tokenizer_, join_path(dir, tm_.lora ? "adapter" : "model"));
   };
   if (c_.checkpoint.async) {
-    request.snapshot_weights = [this] { return snapshot_trained_weights(c_, tm_, *strategy_, comm_, *tokenizer_); };
+    request.snapshot_weights = [this](checkpoint::HostStaging& staging) {
+      return snapshot_trained_weights(c_, tm_, *strategy_, comm_, *tokenizer_, staging);
+    };
     if (!async_saves_) async_saves_ = std::make_unique<checkpoint::AsyncCheckpointer>(comm_);
     const double held = async_saves_->start(request, *strategy_);
     checkpoint_seconds_ += held;
