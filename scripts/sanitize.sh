@@ -53,8 +53,8 @@ if [ "$kind" = address ]; then
   for t in $(cd "$dir" && ctest -N -L "$labels" "${args[@]}" | sed -n 's/^ *Test *#[0-9]*: *//p'); do
     if ninja -C "$dir" -t query "$t" >/dev/null 2>&1; then targets+=("$t"); fi  # not the script tests
   done
-  # The interop suites are Python scripts that run these programs.
-  [ "$libtorch" = debian ] || targets+=(interop_programs)
+  # The interop suite of this stage (label sdpa: logits against transformers) runs ft_logits.
+  [ "$libtorch" = debian ] || targets+=(ft_logits)
   ninja -C "$dir" "${targets[@]}"
   # LibTorch registers operators and kernels into process-lifetime tables it never frees:
   # leak reports for allocations made inside it are suppressed (tests/sanitizers/lsan.supp).
