@@ -2,6 +2,7 @@
 
 #include <torch/torch.h>
 
+#include "model/lora_branch.h"
 #include "model/quantized_linear.h"
 #include "util/error.h"
 
@@ -63,6 +64,7 @@ torch::Tensor LinearImpl::forward(const torch::Tensor& x) {
   if (!lora_A) return y;  // full fine-tuning and plain inference: one branch-free check
   // PEFT casts the input to the adapter's dtype (fp32), adds the branch to the base output
   // (promoting to fp32) and casts the sum back once.
+  if (is_training() && lora_dropout_ == 0) return lora_branch(x, y, lora_A->weight, lora_B->weight, lora_scale_);
   auto h = x.to(lora_A->weight.scalar_type());
   if (lora_dropout_ > 0 && is_training()) h = torch::dropout(h, lora_dropout_, /*train=*/true);
   if (is_training()) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <set>
 #include <sstream>
 
 #include "io/dtype.h"
@@ -82,13 +83,26 @@ LoraSetup lora_setup(const config::RunConfig& run) {
 
 // LoRA parameters, and which projections of a layer carry LoRA (the same in every layer unless a
 // regex says otherwise: counted layer by layer).
-std::int64_t lora_parameters(const Shapes& s, const model::LoraOptions& o, std::vector<std::int64_t>* per_layer_inputs) {
+// A LoRA-adapted projection of a layer: its input's width, and which tensor that input is (q, k
+// and v read one, gate and up another: a branch that keeps its input keeps that tensor once).
+struct LoraInput {
+  std::int64_t width;
+  std::string tensor;  // "attention input", "attention output", "mlp input", "mlp product"
+};
+
+std::string input_tensor_of(const std::string& kind) {
+  if (kind == "self_attn.o_proj") return "attention output";
+  if (kind == "mlp.down_proj") return "mlp product";
+  return kind.rfind("self_attn.", 0) == 0 ? "attention input" : "mlp input";
+}
+
+std::int64_t lora_parameters(const Shapes& s, const model::LoraOptions& o, std::vector<LoraInput>* per_layer_inputs) {
   std::int64_t n = 0;
   for (std::int64_t layer = 0; layer < s.layers; ++layer)
     for (const auto& p : s.projections) {
       if (!o.targets.matches("model.layers." + std::to_string(layer) + "." + p.kind)) continue;
       n += o.r * (p.rows + p.cols);
-      if (layer == 0 && per_layer_inputs) per_layer_inputs->push_back(p.cols);
+      if (layer == 0 && per_layer_inputs) per_layer_inputs->push_back({p.cols, input_tensor_of(p.kind)});
     }
   return n;
 }
@@ -117,13 +131,15 @@ struct AttentionShape {
 //   sdpa attention: q, K and V as the kernel took them (repeated only with a mask), its output
 //   (laid out [b, s, heads, hd], so o_proj's input is the same tensor) and an fp32 log-sum-exp
 //   per query and head;
-//   SwiGLU: gate, up and their product (down_proj's input); a LoRA branch: the rank-r hidden and
-//   either its fp32 input (below fp32) or, with dropout, the dropped fp32 copy and the mask in
-//   its place (dropout_mask_bytes per element: 1 on CUDA, whose dropout keeps a bool mask; 4 on
-//   the CPU, whose dropout keeps fp32 noise; 0 without dropout).
+//   SwiGLU: gate, up and their product (down_proj's input); a LoRA branch: the rank-r hidden and,
+//   without dropout, its input as it came (model/lora_branch.h: in d, one tensor for the branches
+//   that read the same one, nothing more where the layer keeps it anyway: in fp32, and sdpa's
+//   output for o_proj) or, with dropout, the dropped fp32 copy and the mask (dropout_mask_bytes
+//   per element: 1 on CUDA, whose dropout keeps a bool mask; 4 on the CPU, whose dropout keeps
+//   fp32 noise).
 // The scores themselves are transient (see attention_backward_bytes).
 std::int64_t layer_activation_bytes(const Shapes& s, std::int64_t batch, std::int64_t seq, std::int64_t d, bool lora,
-                                    const std::vector<std::int64_t>& lora_inputs, std::int64_t r, std::int64_t dropout_mask_bytes,
+                                    const std::vector<LoraInput>& lora_inputs, std::int64_t r, std::int64_t dropout_mask_bytes,
                                     const AttentionShape& attention) {
   const std::int64_t t = batch * seq;
   const std::int64_t h = s.hidden, q = s.heads * s.head_dim, kv = s.kv_heads * s.head_dim;
@@ -143,8 +159,15 @@ std::int64_t layer_activation_bytes(const Shapes& s, std::int64_t batch, std::in
     bytes += inputs_kept * t * q * d;                      // attention output
   }
   bytes += (2 + inputs_kept) * t * s.intermediate * d;   // gate, up, their product
-  for (std::int64_t in : lora_inputs)
-    bytes += t * (r * 4 + (dropout_mask_bytes > 0 ? in * (4 + dropout_mask_bytes) : below_fp32 * in * 4));
+  std::set<std::string> kept;  // the input tensors the branches keep without dropout
+  for (const LoraInput& in : lora_inputs) {
+    bytes += t * r * 4;
+    if (dropout_mask_bytes > 0) {
+      bytes += t * in.width * (4 + dropout_mask_bytes);
+    } else if (!inputs_kept && !(attention.sdpa && in.tensor == "attention output") && kept.insert(in.tensor).second) {
+      bytes += t * in.width * d;
+    }
+  }
   return bytes;
 }
 
@@ -225,7 +248,7 @@ MemoryBreakdown memory_for(const config::RunConfig& run, const io::LlamaConfig& 
   // FSDP: the layer in use, the one above it until its gradients are handed off, and the prefetched ones.
   const std::int64_t layers_whole = 2 + run.parallel.fsdp_prefetch;
   MemoryBreakdown m;
-  std::vector<std::int64_t> lora_inputs;
+  std::vector<LoraInput> lora_inputs;
   std::int64_t r = 0;
   std::int64_t dropout_mask_bytes = 0;
   if (lora) {

@@ -18,7 +18,9 @@
 #include "model/fused_layer_ops.h"
 #include "model/llama_model.h"
 #include "model/lora.h"
+#include "model/lora_branch.h"
 #include "model/rotary_embedding.h"
+#include "util/memory_counter.h"
 
 namespace ft::model {
 namespace {
@@ -138,6 +140,50 @@ io::LlamaConfig fused_test_config() {
   c.head_dim = 12;
   c.max_position_embeddings = 64;
   return c;
+}
+
+// The LoRA branch (model/lora_branch.h) against PEFT's chain of separate operations, in fp32 and
+// bf16, every input's gradient: in fp32 within a few roundings of the sums (the same products,
+// summed maybe in another order), in bf16 within its rounding of the result; and what it keeps
+// for backward: the input itself, not an fp32 copy of it.
+torch::Tensor unfused_lora(const torch::Tensor& x, const torch::Tensor& y, const torch::Tensor& a,
+                           const torch::Tensor& b, double scale) {
+  const auto h = x.to(torch::kFloat);
+  const auto delta = torch::nn::functional::linear(torch::nn::functional::linear(h, a), b);
+  return (y + delta * scale).to(x.scalar_type());
+}
+
+TEST(FusedLayerOps, LoraBranchEqualsPeftsChain) {
+  torch::manual_seed(11);
+  for (const auto dtype : {torch::kFloat, torch::kBFloat16}) {
+    const auto x = torch::randn({2, 7, 24}).to(dtype), y = torch::randn({2, 7, 20}).to(dtype);
+    const auto a = torch::randn({4, 24}) * 0.3, b = torch::randn({20, 4}) * 0.3;
+    const auto dy = torch::randn({2, 7, 20}).to(dtype);
+    expect_close([](const std::vector<torch::Tensor>& t) { return lora_branch(t[0], t[1], t[2], t[3], 2.5); },
+                 [](const std::vector<torch::Tensor>& t) { return unfused_lora(t[0], t[1], t[2], t[3], 2.5); },
+                 {x, y, a, b}, dy, dtype == torch::kFloat ? 1e-6 : 4e-3, dtype == torch::kFloat ? "lora fp32" : "lora bf16");
+  }
+}
+
+// Bytes alive after `op` ran forward (its output and what autograd keeps), less the output.
+std::int64_t kept_for_backward(const Op& op, const std::vector<torch::Tensor>& inputs) {
+  const std::int64_t before = cpu_allocated_bytes();
+  const torch::Tensor out = op(inputs);
+  return cpu_allocated_bytes() - before - static_cast<std::int64_t>(out.numel() * out.element_size());
+}
+
+TEST(FusedLayerOps, LoraBranchKeepsItsInputNotAnFp32Copy) {
+  install_cpu_memory_counter();
+  const std::int64_t rows = 64, in = 256, out = 128, r = 8;
+  const auto x = torch::randn({rows, in}).to(torch::kBFloat16).requires_grad_(true);
+  const auto y = torch::randn({rows, out}).to(torch::kBFloat16).requires_grad_(true);
+  const auto a = (torch::randn({r, in}) * 0.1).requires_grad_(true), b = (torch::randn({out, r}) * 0.1).requires_grad_(true);
+  const std::vector<torch::Tensor> inputs{x, y, a, b};
+  const std::int64_t fused = kept_for_backward([](const auto& t) { return lora_branch(t[0], t[1], t[2], t[3], 2.0); }, inputs);
+  const std::int64_t peft = kept_for_backward([](const auto& t) { return unfused_lora(t[0], t[1], t[2], t[3], 2.0); }, inputs);
+  EXPECT_EQ(fused, rows * r * 4);             // the rank-r hidden only: x is kept as it is
+  EXPECT_GE(peft, fused + rows * in * 4);     // PEFT's chain keeps x's fp32 copy too
+  std::printf("kept for backward: lora_branch %lld bytes, PEFT's chain %lld\n", (long long)fused, (long long)peft);
 }
 
 // A whole model with LoRA on every projection: training mode (every fused operation, LoRA's

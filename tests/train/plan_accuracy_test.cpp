@@ -1,5 +1,5 @@
 // ft_plan against what runs really use: the shipped tiny configs trained for a few steps on 2
-// ranks under every strategy (and bf16, LoRA with dropout, an int8 base), each rank's memory
+// ranks under every strategy (and bf16, LoRA in bf16 with and without dropout, an int8 base), each rank's memory
 // read from metrics.jsonl (the trainer's counting CPU allocator), compared with the planner's
 // numbers for the same config, micro-batch and world size. Model state (what a rank holds as a
 // step begins: weights, gradients, optimizer state, FSDP's root unit and the prefetched batches)
@@ -77,7 +77,7 @@ TEST_P(PlanAccuracy, ModelStateWithin5PercentAndPeakWithin15PercentOfMeasured) {
                                         "data.eval=" + test::data_path("datasets/alpaca_eval.jsonl"),
                                         "data.packing=true",
                                         "data.train_on_prompt=true",
-                                        "train.max_steps=2",
+                                        "train.max_steps=3",
                                         "log.every_steps=1",
                                         "log.eval_every_steps=0",
                                         "checkpoint.every_steps=0"};
@@ -88,15 +88,23 @@ TEST_P(PlanAccuracy, ModelStateWithin5PercentAndPeakWithin15PercentOfMeasured) {
   const test::CommandResult run = test::run_command(test::ft_train_command(kRanks, config_path, args), true);
   ASSERT_EQ(run.exit_code, 0) << run.output;
 
+  // Held: the least of steps 2 and 3 (from step 2 on the optimizer state exists). A step may begin
+  // while a communication thread still holds the last collective's staging buffers (Gloo frees
+  // them after wait() returned: on a loaded machine zero2 bf16 once began step 2 with 219 KB more
+  // than the model state); that happens in one step, seldom in two.
   std::int64_t held = 0, peak = 0;
   for (const Json& record : test::read_metrics(dir.path())) {
-    if (!record.contains("memory_bytes")) continue;
+    if (!record.contains("memory_bytes") || record["step"].get<std::int64_t>() < 2) continue;
     ASSERT_EQ(record["memory_bytes"].size(), static_cast<std::size_t>(kRanks)) << record.dump();
     for (int r = 0; r < kRanks; ++r) {
-      held = record["memory_bytes"][r].get<std::int64_t>();  // the last step's, as every step's
-      peak = std::max(peak, record["peak_memory_bytes"][r].get<std::int64_t>());
-      EXPECT_GT(held, 0);
+      const std::int64_t at_start = record["memory_bytes"][r].get<std::int64_t>();
+      EXPECT_GT(at_start, 0);
+      held = held == 0 ? at_start : std::min(held, at_start);
     }
+  }
+  for (const Json& record : test::read_metrics(dir.path())) {
+    if (!record.contains("peak_memory_bytes")) continue;
+    for (int r = 0; r < kRanks; ++r) peak = std::max(peak, record["peak_memory_bytes"][r].get<std::int64_t>());
   }
   ASSERT_GT(peak, held);
 
@@ -130,6 +138,7 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"fsdp_checkpointed", "tiny_fsdp.json", {}},
                       Case{"fsdp_bf16", "tiny_fsdp.json", {"train.precision=bf16", "train.activation_checkpointing=false"}},
                       Case{"lora_ddp", "tiny_lora.json", {}},
+                      Case{"lora_bf16", "tiny_lora.json", {"train.precision=bf16"}},
                       Case{"lora_bf16_dropout", "tiny_lora.json", {"train.precision=bf16", "lora.dropout=0.1"}},
                       Case{"lora_zero2_int8", "tiny_zero2_int8.json", {}},
                       Case{"vocab16k_full_logits", "tiny_zero2.json", {"parallel.strategy=ddp", "train.loss_chunk_tokens=0"}, 16384},
