@@ -47,6 +47,7 @@ ft::Json to_json(const ft::plan::MemoryPlan& plan) {
                             {"gathered", m.gathered},
                             {"gathered_resident", m.gathered_resident},
                             {"host_batches", m.host_batches},
+                            {"host_activations", m.host_activations},
                             {"activations_checkpointed", m.activations_checkpointed},
                             {"activations_full", m.activations_full},
                             {"logits", m.logits},
@@ -84,6 +85,8 @@ void print_table(const ft::plan::MemoryPlan& plan, const ft::config::RunConfig& 
                     ? ("chunks of " + std::to_string(run.train.loss_chunk_tokens) + " target tokens").c_str()
                     : "full logits, train.loss_chunk_tokens 0");
     if (m.host_optimizer > 0) std::printf("%-12s host memory per rank for the offloaded optimizer: %.2f GB\n", "", gb(m.host_optimizer));
+    if (m.host_activations > 0)
+      std::printf("%-12s host memory per rank for the offloaded layer inputs: %.2f GB (pinned)\n", "", gb(m.host_activations));
     if (!p.note.empty()) std::printf("%-12s note: %s\n", "", p.note.c_str());
     if (longest_sequence) {
       std::printf("%-12s longest sequence at micro-batch 1: %lld tokens%s%s\n", "", (long long)p.max_seq_len,

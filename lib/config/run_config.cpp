@@ -211,6 +211,8 @@ std::vector<KeyDecl> make_declarations() {
              1, std::nullopt),
       key("train.activation_checkpointing", t, &TrainConfig::activation_checkpointing, kBool, Json(false),
           "recompute each decoder layer in backward"),
+      key("train.offload_activations", t, &TrainConfig::offload_activations, kBool, Json(false),
+          "with activation checkpointing on a GPU: keep each layer's input in host memory until its recompute"),
       ranged(key("train.loss_chunk_tokens", t, &TrainConfig::loss_chunk_tokens, kInt, Json(1024),
                  "target tokens per chunk of the output head and cross-entropy; 0 = full logits"),
              0, std::nullopt),
@@ -347,6 +349,9 @@ RunConfig parse_run_config(Json config, const std::string& source, const std::ve
   } else if (c.model.quantize != Quantization::kNone) {
     errors.push_back("model.quantize: a quantized base needs a lora section (the base stays frozen)");
   }
+  if (c.train.offload_activations && !c.train.activation_checkpointing)
+    errors.push_back("train.offload_activations: offloads the inputs activation checkpointing keeps; set "
+                     "train.activation_checkpointing to true as well");
   if (c.model.dtype != WeightDtype::kAuto && choice_name(c.model.dtype) != choice_name(c.train.precision))
     errors.push_back(str("model.dtype: \"", choice_name(c.model.dtype), "\" differs from train.precision \"",
                          choice_name(c.train.precision),

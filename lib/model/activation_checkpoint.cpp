@@ -67,7 +67,16 @@ struct Recompute : torch::CustomClassHolder {
   CheckpointFn fn;
   std::vector<torch::Tensor> params;
   RngState rng;
+  bool offload = false;
+  c10::Device device = c10::kCPU;  // where x was
 };
+
+// x in pinned host memory, copied on the current stream without waiting (a GPU tensor only).
+torch::Tensor to_host(const torch::Tensor& x) {
+  torch::Tensor host = torch::empty(x.sizes(), x.options().device(torch::kCPU).pinned_memory(true));
+  host.copy_(x, /*non_blocking=*/true);
+  return host;
+}
 
 struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
   // Runs with grad mode off (Function::apply turns it off): fn's activations are freed as it goes.
@@ -75,9 +84,10 @@ struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
                                c10::intrusive_ptr<Recompute> state) {
     FT_ASSERT(params.size() == state->params.size(), "checkpoint: parameter lists differ");
     state->rng = RngState::capture(x.device());
+    state->device = x.device();
     torch::Tensor y = state->fn(x);
     FT_ASSERT(y.defined(), "checkpoint: the function returned no tensor");
-    ctx->save_for_backward({x});
+    ctx->save_for_backward({state->offload && x.is_cuda() ? to_host(x) : x});
     ctx->saved_data["state"] = c10::IValue::make_capsule(std::move(state));
     return y;
   }
@@ -89,7 +99,9 @@ struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
     auto* state = static_cast<Recompute*>(holder.get());
     const std::size_t n = state->params.size();
 
-    torch::Tensor x_in = x.detach();
+    // An offloaded input comes back from pinned memory, ordered before the recomputation on the
+    // current stream.
+    torch::Tensor x_in = x.device() == state->device ? x.detach() : x.to(state->device, /*non_blocking=*/true);
     const bool x_needs_grad = ctx->needs_input_grad(0);
     x_in.requires_grad_(x_needs_grad);
     variable_list wrt;        // what to differentiate with respect to
@@ -108,7 +120,7 @@ struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
 
     torch::Tensor y;
     {
-      RngReplay replay(state->rng, x.device());
+      RngReplay replay(state->rng, state->device);
       torch::AutoGradMode grad_on(true);
       y = state->fn(x_in);
     }
@@ -124,17 +136,20 @@ struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
 
 }  // namespace
 
-torch::Tensor checkpoint(const CheckpointFn& fn, const torch::Tensor& x, const std::vector<torch::Tensor>& params) {
+torch::Tensor checkpoint(const CheckpointFn& fn, const torch::Tensor& x, const std::vector<torch::Tensor>& params,
+                         bool offload_input) {
   bool any_grad = x.requires_grad();
   for (const auto& p : params) any_grad = any_grad || p.requires_grad();
   if (!torch::GradMode::is_enabled() || !any_grad) return fn(x);
   auto state = c10::make_intrusive<Recompute>();
   state->fn = fn;
   state->params = params;
+  state->offload = offload_input;
   return CheckpointFunction::apply(x, at::TensorList(params), std::move(state));
 }
 
-torch::Tensor checkpointed_layer(DecoderLayer& layer, const torch::Tensor& x, const LayerInputs& inputs) {
+torch::Tensor checkpointed_layer(DecoderLayer& layer, const torch::Tensor& x, const LayerInputs& inputs,
+                                 bool offload_input) {
   if (inputs.cache != nullptr || !torch::GradMode::is_enabled())
     return layer(x, inputs.cos, inputs.sin, inputs.mask, inputs.cache);
   FT_CHECK(!inputs.cos.requires_grad() && !inputs.sin.requires_grad() &&
@@ -148,12 +163,12 @@ torch::Tensor checkpointed_layer(DecoderLayer& layer, const torch::Tensor& x, co
   const torch::Tensor cos = inputs.cos, sin = inputs.sin;
   const AttentionMask mask = inputs.mask;
   return checkpoint([held, cos, sin, mask](const torch::Tensor& h) mutable { return held(h, cos, sin, mask, nullptr); },
-                    x, params);
+                    x, params, offload_input);
 }
 
-LayerRunner activation_checkpointing_runner() {
-  return [](std::size_t, DecoderLayer& layer, const torch::Tensor& x, const LayerInputs& inputs) {
-    return checkpointed_layer(layer, x, inputs);
+LayerRunner activation_checkpointing_runner(bool offload_inputs) {
+  return [offload_inputs](std::size_t, DecoderLayer& layer, const torch::Tensor& x, const LayerInputs& inputs) {
+    return checkpointed_layer(layer, x, inputs, offload_inputs);
   };
 }
 

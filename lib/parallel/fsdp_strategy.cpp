@@ -181,11 +181,12 @@ std::size_t FsdpStrategy::gathered_units() const {
 
 std::size_t FsdpStrategy::take_gathers_at_use() { return std::exchange(gathers_at_use_, 0); }
 
-model::LayerRunner FsdpStrategy::layer_runner(bool activation_checkpointing) {
-  return [this, activation_checkpointing](std::size_t index, model::DecoderLayer& layer, const torch::Tensor& x,
-                                          const model::LayerInputs& in) -> torch::Tensor {
+model::LayerRunner FsdpStrategy::layer_runner(bool activation_checkpointing, bool offload_inputs) {
+  return [this, activation_checkpointing, offload_inputs](std::size_t index, model::DecoderLayer& layer,
+                                                          const torch::Tensor& x,
+                                                          const model::LayerInputs& in) -> torch::Tensor {
     auto run = [&] {
-      return activation_checkpointing ? model::checkpointed_layer(layer, x, in)
+      return activation_checkpointing ? model::checkpointed_layer(layer, x, in, offload_inputs)
                                       : layer(x, in.cos, in.sin, in.mask, in.cache);
     };
     const int u = index < unit_of_layer_.size() ? unit_of_layer_[index] : -1;

@@ -302,7 +302,12 @@ MemoryBreakdown memory_for(const config::RunConfig& run, const io::LlamaConfig& 
   const std::int64_t forward_end = edge_activation_bytes(s, micro_batch, seq_len, d) + m.logits + mask;
   const std::int64_t top_attention_backward = attention_backward_bytes(s, micro_batch, seq_len, attention);
   m.activations_full = s.layers * layer + std::max(forward_end, top_attention_backward);
-  m.activations_checkpointed = s.layers * micro_batch * seq_len * s.hidden * d +
+  // Each checkpointed layer keeps its input; offloaded (on a GPU), the inputs wait in host memory
+  // and only the one of the layer being recomputed is on the device.
+  const std::int64_t layer_input = micro_batch * seq_len * s.hidden * d;
+  const bool offloaded = run.train.offload_activations && !cpu;
+  m.host_activations = offloaded && run.train.activation_checkpointing ? s.layers * layer_input : 0;
+  m.activations_checkpointed = (offloaded ? 1 : s.layers) * layer_input +
                                std::max(forward_end, layer + top_attention_backward + mask);
   m.activations = run.train.activation_checkpointing ? m.activations_checkpointed : m.activations_full;
   m.overhead = cpu ? 0 : kFrameworkOverhead;

@@ -52,6 +52,7 @@ struct MemoryBreakdown {
   std::int64_t gathered = 0;         // FSDP: units whole at once; quantized base: one dequantized matrix
   std::int64_t gathered_resident = 0;  // the part of `gathered` whole between steps too (FSDP's root unit)
   std::int64_t host_batches = 0;     // host memory per rank: the batches prefetched and in training
+  std::int64_t host_activations = 0;  // host memory per rank: checkpointed layers' inputs (train.offload_activations)
   std::int64_t activations = 0;      // with the config's activation checkpointing setting
   std::int64_t activations_checkpointed = 0;
   std::int64_t activations_full = 0;

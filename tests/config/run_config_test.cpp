@@ -126,6 +126,10 @@ TEST(RunConfig, WrongTypesAndRanges) {
   q.erase("lora");
   q["model"]["quantize"] = "nf4";
   EXPECT_NE(error_of(q).find("model.quantize: a quantized base needs a lora section"), std::string::npos);
+  EXPECT_NE(e("train", "offload_activations", true)
+                .find("train.offload_activations: offloads the inputs activation checkpointing keeps; set "
+                      "train.activation_checkpointing to true as well"),
+            std::string::npos);
 }
 
 TEST(RunConfig, SetOverrides) {

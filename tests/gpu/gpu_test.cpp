@@ -8,7 +8,9 @@
 //   - optimizer offload to pinned host memory changes no bit of the trained model;
 //   - the memory tracker reads the CUDA caching allocator's statistics;
 //   - FSDP gives a layer's gathered parameters back to the allocator after its forward;
-//   - activation checkpointing replays the CUDA generator: LoRA dropout gradients bitwise equal;
+//   - activation checkpointing replays the CUDA generator: LoRA dropout gradients bitwise equal,
+//     also with the layers' inputs offloaded to pinned host memory (train.offload_activations),
+//     which leaves less on the GPU when backward begins;
 //   - ft_generate's greedy text on CUDA is the CPU's (and the recorded one);
 //   - the fused attention kernels (flash without a mask, memory-efficient with one) equal eager;
 //   - NVML telemetry reads this GPU's temperature, power and clock.
@@ -298,12 +300,17 @@ TEST(GpuCheckpointing, CudaDropoutMasksReplayBitwise) {
   for (auto& p : m->parameters())
     if (p.requires_grad()) torch::nn::init::normal_(p, 0, 0.02);  // B != 0: the adapters matter
   const auto ids = torch::randint(3, 500, {2, 48}, torch::TensorOptions().dtype(torch::kLong).device(kGpu));
-  auto grads = [&](bool checkpointing) {
+  // The bytes on the GPU once the forward is done, when the offloaded inputs are in host memory.
+  std::int64_t after_forward[2] = {0, 0};
+  auto grads = [&](bool checkpointing, bool offload = false) {
     torch::manual_seed(42);
     m->zero_grad();
     model::ForwardOptions fo;
-    if (checkpointing) fo.layer_runner = model::activation_checkpointing_runner();
-    model::causal_lm_loss(m(ids, fo), ids).sum.backward();
+    if (checkpointing) fo.layer_runner = model::activation_checkpointing_runner(offload);
+    auto loss = model::causal_lm_loss(m(ids, fo), ids);
+    torch::cuda::synchronize();
+    if (checkpointing) after_forward[offload ? 1 : 0] = train::MemoryTracker(kGpu).allocated_bytes();
+    loss.sum.backward();
     std::vector<torch::Tensor> out;
     for (auto& p : m->parameters())
       if (p.requires_grad()) out.push_back(p.grad().clone());
@@ -312,11 +319,19 @@ TEST(GpuCheckpointing, CudaDropoutMasksReplayBitwise) {
   const auto plain = grads(false);
   const auto again = grads(false);
   const auto checkpointed = grads(true);
+  const auto offloaded = grads(true, true);
   ASSERT_FALSE(plain.empty());
   for (std::size_t i = 0; i < plain.size(); ++i) {
     ASSERT_TRUE(torch::equal(plain[i], again[i])) << "the plain run itself is not repeatable (" << i << ")";
     EXPECT_TRUE(torch::equal(checkpointed[i], plain[i])) << "parameter " << i;
+    EXPECT_TRUE(torch::equal(offloaded[i], plain[i])) << "offloaded, parameter " << i;
   }
+  // Each checkpointed layer's input: [2, 48, hidden] in the model's dtype; stories260K has 5 layers.
+  const std::int64_t layer_input = 2 * 48 * m->config().hidden_size * static_cast<std::int64_t>(m->output_weight().element_size());
+  EXPECT_LE(after_forward[1], after_forward[0] - 4 * layer_input)
+      << "on the GPU after forward: " << after_forward[0] << " bytes kept, " << after_forward[1] << " offloaded";
+  std::printf("after forward on the GPU: %lld bytes with the checkpointed inputs, %lld with them offloaded\n",
+              (long long)after_forward[0], (long long)after_forward[1]);
 }
 
 TEST(GpuAttention, FusedKernelsEqualEager) {
