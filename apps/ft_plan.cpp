@@ -48,6 +48,7 @@ ft::Json to_json(const ft::plan::MemoryPlan& plan) {
                             {"gathered_resident", m.gathered_resident},
                             {"host_batches", m.host_batches},
                             {"host_activations", m.host_activations},
+                            {"host_checkpoint", m.host_checkpoint},
                             {"activations_checkpointed", m.activations_checkpointed},
                             {"activations_full", m.activations_full},
                             {"logits", m.logits},
@@ -87,6 +88,8 @@ void print_table(const ft::plan::MemoryPlan& plan, const ft::config::RunConfig& 
     if (m.host_optimizer > 0) std::printf("%-12s host memory per rank for the offloaded optimizer: %.2f GB\n", "", gb(m.host_optimizer));
     if (m.host_activations > 0)
       std::printf("%-12s host memory per rank for the offloaded layer inputs: %.2f GB (pinned)\n", "", gb(m.host_activations));
+    if (m.host_checkpoint > 0)
+      std::printf("%-12s host memory of rank 0 for a checkpoint saved in the background: %.2f GB\n", "", gb(m.host_checkpoint));
     if (!p.note.empty()) std::printf("%-12s note: %s\n", "", p.note.c_str());
     if (longest_sequence) {
       std::printf("%-12s longest sequence at micro-batch 1: %lld tokens%s%s\n", "", (long long)p.max_seq_len,

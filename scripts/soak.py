@@ -5,7 +5,10 @@ adapter and the losses of every step must equal an uninterrupted run of the same
 bit. Reports restarts, kills that landed during a checkpoint save, steps redone and time lost.
 
     scripts/soak.sh [MINUTES]      # default 2; builds first (scripts/build.sh)
-    scripts/soak.py --build build --minutes 2 [--seed N] [--keep]
+    scripts/soak.py --build build --minutes 2 [--seed N] [--keep] [--async]
+
+--async saves the killed run's checkpoints in the background (checkpoint.async): kills then land
+in the writer threads too, and the reference still saves synchronously.
 
 The run: LoRA on the tiny stories260K model (tests/data), 2 ranks x 1 thread, a checkpoint every
 5 steps, as many steps as the uninterrupted run does in about half of MINUTES (measured first), so
@@ -26,7 +29,7 @@ import time
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 
 
-def write_config(folder, steps):
+def write_config(folder, steps, background=False):
     data = os.path.join(ROOT, "tests", "data")
     config = {
         "run_dir": os.path.join(folder, "run"),
@@ -38,7 +41,7 @@ def write_config(folder, steps):
         "parallel": {"timeout_s": 30},
         "train": {"global_batch_size": 8, "micro_batch_size": 2, "epochs": 1000, "lr": 1e-3, "warmup_steps": 2,
                   "threads": 1, "max_steps": steps},
-        "checkpoint": {"every_steps": 5, "keep_last": 2},
+        "checkpoint": {"every_steps": 5, "keep_last": 2, "async": background},
         "log": {"every_steps": 1},
     }
     os.makedirs(folder, exist_ok=True)
@@ -105,6 +108,8 @@ def main():
     parser.add_argument("--minutes", type=float, default=2.0)
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--keep", action="store_true", help="keep the run folders")
+    parser.add_argument("--async", dest="background", action="store_true",
+                        help="the killed run saves its checkpoints in the background (checkpoint.async)")
     args = parser.parse_args()
     seed = args.seed if args.seed is not None else random.randrange(1 << 30)
     rng = random.Random(seed)
@@ -118,7 +123,7 @@ def main():
         print(f"soak: {steps} steps, uninterrupted {reference_s:.1f} s", flush=True)
 
         folder = os.path.join(tmp, "killed")
-        config = write_config(folder, steps)
+        config = write_config(folder, steps, args.background)
         log_path = os.path.join(folder, "output.log")
         start = time.monotonic()
         with open(log_path, "w") as log:

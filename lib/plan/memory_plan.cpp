@@ -269,6 +269,7 @@ MemoryBreakdown memory_for(const config::RunConfig& run, const io::LlamaConfig& 
     m.optimizer = zero ? div_up(12 * psi_l, w) : 8 * psi_l;
     m.comm_buckets = buckets_in_flight * std::min(bucket, 4 * psi_l);
     if (sharded_params) m.gathered += layers_whole * 4 * psi_l / std::max<std::int64_t>(s.layers, 1);
+    if (run.checkpoint.async) m.host_checkpoint = div_up(12 * psi_l, w) + 4 * psi_l;  // the adapter in fp32
   } else {
     const std::int64_t psi = s.params;
     m.weights = sharded_params ? div_up(d * psi, w) : d * psi;
@@ -277,6 +278,7 @@ MemoryBreakdown memory_for(const config::RunConfig& run, const io::LlamaConfig& 
     // separate fp32 master shard.
     const std::int64_t per_param = (mixed || traits.separate_master) ? 12 : 8;
     m.optimizer = zero ? div_up(per_param * psi, w) : per_param * psi;
+    if (run.checkpoint.async) m.host_checkpoint = div_up(12 * psi, w) + d * psi;  // the model in the compute dtype
     if (sharded_params) {
       m.comm_buckets = 3 * s.layer_params * d;               // gradient staging of up to three layers
       m.gathered_resident = s.root_params * d;                 // the root unit stays whole

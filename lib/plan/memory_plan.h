@@ -53,6 +53,9 @@ struct MemoryBreakdown {
   std::int64_t gathered_resident = 0;  // the part of `gathered` whole between steps too (FSDP's root unit)
   std::int64_t host_batches = 0;     // host memory per rank: the batches prefetched and in training
   std::int64_t host_activations = 0;  // host memory per rank: checkpointed layers' inputs (train.offload_activations)
+  // Host memory of rank 0 for a background save (checkpoint.async): its shard of fp32 master
+  // weights and AdamW moments (12 bytes per trainable parameter / W) and the gathered weights.
+  std::int64_t host_checkpoint = 0;
   std::int64_t activations = 0;      // with the config's activation checkpointing setting
   std::int64_t activations_checkpointed = 0;
   std::int64_t activations_full = 0;

@@ -107,6 +107,20 @@ TEST(MemoryPlan, OffloadMovesTheOptimizerToTheHost) {
   EXPECT_TRUE(zero2.fits);
 }
 
+// checkpoint.async: rank 0's host copies of its shard (12 bytes per parameter / W) and of the
+// weights (the compute dtype; LoRA: the adapter in fp32).
+TEST(MemoryPlan, ABackgroundSaveCountsItsHostCopies) {
+  const auto run = shipped("llama7b_zero2.json", "meta-llama/Llama-2-7b-hf", {"checkpoint.async=true"});
+  PlanOptions o;
+  o.gpus = 8;
+  const MemoryPlan plan = plan_memory(run, model_config("meta-llama/Llama-2-7b-hf"), o);
+  EXPECT_EQ(row(plan, "zero2").at_micro_batch.host_checkpoint, 12 * kPsi7b / 8 + 2 * kPsi7b);
+  const std::int64_t lora = plan.lora_parameters;
+  EXPECT_EQ(row(plan, "lora+ddp").at_micro_batch.host_checkpoint, (12 * lora + 7) / 8 + 4 * lora);
+  const auto sync = shipped("llama7b_zero2.json", "meta-llama/Llama-2-7b-hf");
+  EXPECT_EQ(row(plan_memory(sync, model_config("meta-llama/Llama-2-7b-hf"), o), "zero2").at_micro_batch.host_checkpoint, 0);
+}
+
 // The LoRA row of llama13b_zero2.json: the int8 base counted as model/quantization.h stores it,
 // fp32 LoRA weights, ZeRO-2 shards of their gradients and AdamW state; it fits 8 x 24 GB with margin.
 TEST(MemoryPlan, QuantizedLoraBaseIsCountedAtItsQuantizedSize) {
