@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""DDP numbers: 2 ranks x 1 thread against 1 rank x 1 thread, for the tiny LoRA config and for a
-full-parameter fine-tune of a random ~50M-parameter LLaMA; per step, the time spent waiting on
+"""DDP numbers: 2 ranks x 1 thread against 1 rank x 1 thread, for the tiny LoRA config, LoRA r=16 on
+every linear layer of a random ~50M-parameter LLaMA, and a full-parameter fine-tune of it; per step, the time spent waiting on
 gradient communication with and without overlap; the bytes each rank sends per step with fp32
 and bf16 gradients. Runs the real binaries (ft_launch, ft_train) and reads metrics.jsonl.
     /usr/bin/python3 bench/bench_ddp.py [--build build] [--steps 6]
@@ -43,12 +43,14 @@ def main():
     model50 = os.path.join(tmp, "model50m")
     subprocess.run([os.path.join(args.build, "bin/make_random_model"), "--out", model50], check=True,
                    capture_output=True)
-    full = os.path.join(tmp, "full.json")
-    json.dump({"run_dir": "unused", "model": {"path": model50},
-               "data": {"train": "tests/data/datasets/alpaca_train.json", "max_seq_len": 128},
-               "train": {"global_batch_size": 8, "micro_batch_size": 4, "lr": 1e-4, "threads": 1,
-                         "max_steps": args.steps},
-               "log": {"every_steps": 1}}, open(full, "w"))
+    full, lora50 = os.path.join(tmp, "full.json"), os.path.join(tmp, "lora50.json")
+    config = {"run_dir": "unused", "model": {"path": model50},
+              "data": {"train": "tests/data/datasets/alpaca_train.json", "max_seq_len": 128},
+              "train": {"global_batch_size": 8, "micro_batch_size": 4, "lr": 1e-4, "threads": 1,
+                        "max_steps": args.steps},
+              "log": {"every_steps": 1}}
+    json.dump(config, open(full, "w"))
+    json.dump(dict(config, lora={"r": 16, "alpha": 32, "target_modules": "all-linear"}), open(lora50, "w"))
     common = [f"train.max_steps={args.steps}", "log.every_steps=1", "log.eval_every_steps=0", "data.eval=",
               "train.threads=1"]
     rows = []
@@ -63,6 +65,9 @@ def main():
 
     one = case("tiny_lora (LoRA 46K trainable)", 1, "configs/tiny_lora.json", ["train.micro_batch_size=8"])
     two = case("tiny_lora (LoRA 46K trainable)", 2, "configs/tiny_lora.json", ["train.micro_batch_size=4"])
+    print(f"  -> 2-rank / 1-rank throughput: {two['tokens_per_s'] / one['tokens_per_s']:.2f}x")
+    one = case("LoRA r=16 all-linear, 50M base", 1, lora50, ["train.micro_batch_size=8"])
+    two = case("LoRA r=16 all-linear, 50M base", 2, lora50, ["train.micro_batch_size=4"])
     print(f"  -> 2-rank / 1-rank throughput: {two['tokens_per_s'] / one['tokens_per_s']:.2f}x")
     one = case("full fine-tune, 50M parameters, fp32", 1, full, ["train.micro_batch_size=8"])
     two = case("full fine-tune, 50M parameters, fp32 grads, overlap", 2, full, ["train.micro_batch_size=4"])
