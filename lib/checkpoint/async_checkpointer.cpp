@@ -23,10 +23,10 @@ struct AsyncCheckpointer::Save {
   WeightsWriter weights;  // rank 0's gathered weights, until written
   Stopwatch clock;        // from start()
   std::thread thread;
-  // Set by the thread when it is done, after `error` and `bytes` (release; read with acquire).
+  // Set by the thread when it is done, after `outcome` and `bytes` (release; read with acquire).
   std::atomic<bool> written{false};
   std::atomic<bool> completed{false};
-  std::string error;
+  Attempt outcome;  // the writing's and the completion's first error
   std::uint64_t bytes = 0;
   bool reported = false;
 
@@ -37,7 +37,7 @@ struct AsyncCheckpointer::Save {
 
   // The writer thread, first part: this rank's files (rank 0: also the weights and run files).
   void write() {
-    try {
+    outcome([&] {
       write_rank_files(tmp, files);
       files = RankFiles{};  // the host copy is no longer needed
       fault_point("checkpoint.rank_files_written");
@@ -47,19 +47,13 @@ struct AsyncCheckpointer::Save {
         write_run_files(tmp, state, resolved_config);
       }
       fault_point("checkpoint.files_written");
-    } catch (const std::exception& e) {
-      error = e.what()[0] != '\0' ? e.what() : "unknown error";
-    }
+    });
     written.store(true, std::memory_order_release);
   }
 
   // Rank 0's writer thread, once every rank's files are there: the checkpoint made complete.
   void complete() {
-    try {
-      bytes = complete_checkpoint(run_dir, step, world_size, strategy_name, resolved_config, keep_last);
-    } catch (const std::exception& e) {
-      error = e.what()[0] != '\0' ? e.what() : "unknown error";
-    }
+    outcome([&] { bytes = complete_checkpoint(run_dir, step, world_size, strategy_name, resolved_config, keep_last); });
     completed.store(true, std::memory_order_release);
   }
 };
@@ -109,23 +103,20 @@ double AsyncCheckpointer::start(const SaveRequest& request, parallel::ParallelSt
   return held.seconds();
 }
 
-std::optional<SaveReport> AsyncCheckpointer::poll() {
-  if (phase_ == Phase::kCompleting) return take_completed();
-  if (phase_ != Phase::kWriting) return std::nullopt;
+void AsyncCheckpointer::poll() {
+  if (phase_ == Phase::kCompleting) log_completed();
+  if (phase_ != Phase::kWriting) return;
   const bool written = save_->written.load(std::memory_order_acquire);
   const double writing = comm::all_reduce_scalar(comm_, written ? 0.0 : 1.0, comm::ReduceOp::kSum);
   if (writing == 0) agree_written();
-  return std::nullopt;
 }
 
 // Collective, once every rank's writer is done: did any fail? Then rank 0 completes it.
 void AsyncCheckpointer::agree_written() {
   save_->join();
-  Attempt attempt;
-  if (!save_->error.empty()) attempt.fail(save_->error);
   try {
     const std::string tmp = save_->tmp;
-    agree(comm_, attempt, save_->what(), [&] { remove_tree(tmp); });
+    agree(comm_, save_->outcome, save_->what(), [&] { remove_tree(tmp); });
   } catch (...) {
     save_.reset();
     phase_ = Phase::kIdle;
@@ -140,27 +131,22 @@ void AsyncCheckpointer::agree_written() {
   }
 }
 
-std::optional<SaveReport> AsyncCheckpointer::take_completed() {
+void AsyncCheckpointer::log_completed() {
   Save& s = *save_;
-  if (!s.root || s.reported || !s.completed.load(std::memory_order_acquire) || !s.error.empty()) return std::nullopt;
+  if (!s.root || s.reported || !s.completed.load(std::memory_order_acquire) || !s.outcome.error().empty()) return;
   s.reported = true;
-  const double seconds = s.clock.seconds();
-  log::info("checkpoint ", s.final_path, " complete, ", seconds, " s after the save began (", s.bytes / 1e6,
+  log::info("checkpoint ", s.final_path, " complete, ", s.clock.seconds(), " s after the save began (", s.bytes / 1e6,
             " MB written in the background)");
-  return SaveReport{s.final_path, seconds, s.bytes};
 }
 
-std::optional<SaveReport> AsyncCheckpointer::finish() {
-  if (phase_ == Phase::kIdle) return std::nullopt;
+void AsyncCheckpointer::finish() {
+  if (phase_ == Phase::kIdle) return;
   if (phase_ == Phase::kWriting) agree_written();  // waits for this rank's writer first
   save_->join();  // rank 0: the completion
-  Attempt attempt;
-  if (!save_->error.empty()) attempt.fail(save_->error);
-  std::optional<SaveReport> report = take_completed();
+  log_completed();
   const std::unique_ptr<Save> done = std::move(save_);
   phase_ = Phase::kIdle;
-  agree(comm_, attempt, done->what(), [&] { remove_tree(done->tmp); });
-  return report;
+  agree(comm_, done->outcome, done->what(), [&] { remove_tree(done->tmp); });
 }
 
 }  // namespace ft::checkpoint

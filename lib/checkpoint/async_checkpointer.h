@@ -20,7 +20,6 @@
 
 #include <atomic>
 #include <memory>
-#include <optional>
 #include <string>
 #include <thread>
 
@@ -42,20 +41,18 @@ class AsyncCheckpointer {
   // Collective: finishes the save in flight, if any, then starts this one; returns the seconds
   // training was held up (the wait for the save before included).
   double start(const SaveRequest& request, parallel::ParallelStrategy& strategy);
-  // Collective while a save is in flight (a no-op otherwise). On rank 0, the report of a save
-  // that became complete since the last call.
-  std::optional<SaveReport> poll();
-  // Collective: the save in flight, if any, complete; its report on rank 0.
-  std::optional<SaveReport> finish();
-  bool in_flight() const { return phase_ != Phase::kIdle; }
+  // Collective while a save is in flight (a no-op otherwise). Rank 0 logs a save that became
+  // complete since the last call.
+  void poll();
+  // Collective: the save in flight, if any, complete (and logged by rank 0).
+  void finish();
 
  private:
   enum class Phase { kIdle, kWriting, kCompleting };
   struct Save;  // the save in flight: its snapshot, thread and outcome
 
   void agree_written();
-  std::optional<SaveReport> take_completed();
-  void join();
+  void log_completed();
 
   comm::Communicator& comm_;
   HostStaging staging_;  // the snapshots' host memory, reused by every save

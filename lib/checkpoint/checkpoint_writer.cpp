@@ -164,8 +164,7 @@ SaveReport save_checkpoint(const SaveRequest& request, comm::Communicator& comm,
   try {
     request.write_weights(tmp);
   } catch (const std::exception& e) {
-    const std::string message = e.what();
-    attempt([&] { FT_CHECK(false, message); });
+    attempt.fail(e.what());
   }
   if (root) attempt([&] { write_run_files(tmp, request.state, request.resolved_config); });
   agree(comm, attempt, what, cleanup);
