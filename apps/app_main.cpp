@@ -6,10 +6,16 @@
 #include <exception>
 
 #include "util/error.h"
+#ifndef FT_APP_WITHOUT_BLAS
+#include "util/blas_kernels.h"
+#endif
 
 namespace ft::app {
 
 int run_main(const char* program, int argc, char** argv, const std::function<int(int, char**)>& body) {
+#ifndef FT_APP_WITHOUT_BLAS
+  restart_with_fast_blas_kernels(argv);  // before any work: the exec starts the program over
+#endif
   try {
     return body(argc, argv);
   } catch (const UsageError& e) {

@@ -7,6 +7,8 @@
 
 namespace ft::app {
 
+// Programs that map LibTorch first start over with OpenBLAS's fast kernels when it chose a
+// fallback for this CPU (util/blas_kernels.h).
 // Exit codes: 0 ok, 1 ft::Error (bad input, failed check), 2 usage error, 3 internal error.
 int run_main(const char* program, int argc, char** argv, const std::function<int(int, char**)>& body);
 

@@ -4,6 +4,7 @@
 //   ft_doctor
 //   ft_doctor --expect-gpus 8
 //   MASTER_PORT=29501 ft_doctor --expect-gpus 2 --no-probe
+//   ft_doctor --blas-core       # "SkylakeX": the OpenBLAS kernels ft programs use on this CPU
 #include <cxxopts.hpp>
 
 #include <cstdio>
@@ -11,6 +12,7 @@
 
 #include "app_main.h"
 #include "gpu/doctor.h"
+#include "util/blas_kernels.h"
 
 namespace {
 
@@ -31,10 +33,16 @@ int run(int argc, char** argv) {
        cxxopts::value<int>()->default_value("0"))
       ("port", "rendezvous port to check (default: MASTER_PORT, else 29500)", cxxopts::value<int>()->default_value("0"))
       ("no-probe", "skip the all-reduce bandwidth probe")
+      ("blas-core", "print the OpenBLAS kernel set ft programs run with here, and nothing else (for scripts that "
+                    "run PyTorch beside them: OPENBLAS_CORETYPE)")
       ("h,help", "show this help");
   auto args = options.parse(argc, argv);
   if (args.count("help")) {
     std::cout << options.help() << std::endl;
+    return 0;
+  }
+  if (args.count("blas-core")) {
+    std::cout << ft::openblas_core() << std::endl;  // after run_main's restart, if there was one
     return 0;
   }
   ft::gpu::DoctorOptions o;

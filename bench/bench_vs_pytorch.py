@@ -18,9 +18,12 @@ import sys
 import tempfile
 import time
 
-import torch
-
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import same_blas_kernels  # noqa: E402
+
+same_blas_kernels.restart_with_ft_blas_kernels(same_blas_kernels.build_from_argv())
+import torch  # noqa: E402
+
 import eager_llama  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -106,7 +109,8 @@ def main():
     build = os.path.abspath(args.build)
     cache = open(os.path.join(build, "CMakeCache.txt")).read()
     print(f"PyTorch {torch.__version__} ({torch.__file__}); ft build {build}"
-          f" ({'pip LibTorch' if 'site-packages/torch' in cache else 'Debian LibTorch'})")
+          f" ({'pip LibTorch' if 'site-packages/torch' in cache else 'Debian LibTorch'});"
+          f" OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', '(unset)')} for both")
     with tempfile.TemporaryDirectory() as work:
         model = os.path.join(work, "model")
         subprocess.run([os.path.join(build, "bin/make_random_model"), "--out", model, "--hidden", "640", "--layers",

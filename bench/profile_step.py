@@ -15,6 +15,10 @@ import sys
 import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import same_blas_kernels  # noqa: E402
+
+same_blas_kernels.restart_with_ft_blas_kernels(same_blas_kernels.build_from_argv())
 SHAPE = dict(layers=8, hidden=640, heads=10, intermediate=1728, vocab=32000, batch=4, seq=256)
 
 

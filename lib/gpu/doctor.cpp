@@ -21,6 +21,7 @@
 #include "gpu/gpu_checks.h"
 #include "gpu/nvml.h"
 #include "launch/free_port.h"
+#include "util/blas_kernels.h"
 #include "util/build_info.h"
 #include "util/error.h"
 
@@ -116,6 +117,8 @@ DoctorFacts gather_doctor_facts(const DoctorOptions& options) {
   f.libtorch_cuda_version = FT_TORCH_CUDA_VERSION;
   f.libtorch_mkl = at::hasMKL();
   f.blas_library = loaded_blas();
+  f.openblas_core = openblas_core();
+  f.better_openblas_core = better_openblas_core(f.openblas_core, cpu_vector_features());
   for (char** e = environ; e && *e; ++e)
     if (std::strncmp(*e, "NCCL_", 5) == 0) f.nccl_env.emplace_back(*e);
   struct statvfs shm {};
@@ -213,8 +216,14 @@ std::vector<DoctorFinding> doctor_findings(const DoctorFacts& f, const DoctorOpt
     add(Level::kWarning, "blas", str("CPU matrix products go through the reference BLAS (", f.blas_library,
                                      "): about 40x slower than OpenBLAS"),
         "apt-get install libopenblas0-pthread (or update-alternatives --config libblas.so.3-x86_64-linux-gnu)");
+  } else if (!f.better_openblas_core.empty()) {
+    // Only when the user chose the slow set: ft programs restart with the better one otherwise.
+    add(Level::kWarning, "blas", str("OpenBLAS runs its ", f.openblas_core, " kernels, on a CPU that runs its ",
+                                     f.better_openblas_core, " kernels several times faster"),
+        str("export OPENBLAS_CORETYPE=", f.better_openblas_core, " (or unset it: ft programs then choose it)"));
   } else {
-    add(Level::kOk, "blas", str("CPU matrix products through ", f.blas_library));
+    add(Level::kOk, "blas", str("CPU matrix products through ", f.blas_library,
+                                f.openblas_core.empty() ? "" : str(", OpenBLAS kernels ", f.openblas_core)));
   }
   // GPUs.
   if (want_gpus && gpus < options.expect_gpus) {

@@ -44,6 +44,8 @@ struct DoctorFacts {
   bool nccl_built = false;               // this build has the NCCL communicator
   std::string nccl_version;              // "2.21.5" when built with NCCL
   std::string blas_library;              // resolved path of the BLAS library loaded, "" if none found
+  std::string openblas_core;             // OpenBLAS's kernel set ("SkylakeX"), "" when not OpenBLAS
+  std::string better_openblas_core;      // a faster kernel set this CPU could run, "" when none
   std::vector<GpuInfo> gpus;
   std::vector<std::vector<bool>> peer;   // peer[i][j]: GPU i can access GPU j
   bool nvml = false;                     // NVML was loaded (a driver is installed)

@@ -8,6 +8,7 @@
 #include <torch/version.h>
 
 #include "gpu/doctor.h"
+#include "util/blas_kernels.h"
 #include "test_support.h"
 
 namespace ft::gpu {
@@ -128,6 +129,22 @@ TEST(Doctor, MklInsideLibTorchCountsAsAFastBlas) {
   EXPECT_TRUE(warned);
 }
 
+TEST(Doctor, AFallbackOpenBlasKernelSetChosenByTheUserIsAWarning) {
+  DoctorFacts f = good_box();
+  f.openblas_core = "Prescott";
+  f.better_openblas_core = "SkylakeX";
+  bool warned = false;
+  for (const auto& x : of(doctor_findings(f, expecting(2)), Level::kWarning))
+    if (x.topic == "blas") {
+      warned = true;
+      EXPECT_NE(x.message.find("Prescott kernels"), std::string::npos) << x.message;
+      EXPECT_EQ(x.fix, "export OPENBLAS_CORETYPE=SkylakeX (or unset it: ft programs then choose it)");
+    }
+  EXPECT_TRUE(warned);
+  f.better_openblas_core = "";
+  for (const auto& x : of(doctor_findings(f, expecting(2)), Level::kWarning)) EXPECT_NE(x.topic, "blas") << x.message;
+}
+
 TEST(Doctor, ReferenceBlasIsRecognized) {
   EXPECT_TRUE(is_reference_blas("/usr/lib/x86_64-linux-gnu/blas/libblas.so.3"));
   EXPECT_FALSE(is_reference_blas("/usr/lib/x86_64-linux-gnu/openblas-pthread/libblas.so.3"));
@@ -158,6 +175,26 @@ TEST(FtDoctor, ExpectedGpusThatAreNotThereAndATakenPortExitOne) {
   EXPECT_NE(taken.output.find("rendezvous port " + std::to_string(port) + " (MASTER_PORT) is in use"), std::string::npos)
       << taken.output;
   EXPECT_NE(taken.output.find("fix: choose another: ft_launch --master_port"), std::string::npos) << taken.output;
+}
+
+// The restart of util/blas_kernels.h, as a user meets it: started without OPENBLAS_CORETYPE, a
+// program ends up on kernels this CPU has nothing better than (on a CPU OpenBLAS 0.3.21 does not
+// know, such as this VM's Xeon: Prescott at first, SkylakeX after the restart).
+TEST(FtDoctor, ProgramsRunOpenBlasKernelsThisCpuHasNothingBetterThan) {
+  const auto r = test::run_command("env -u OPENBLAS_CORETYPE LOCAL_RANK=0 " + test::bin_path("ft_doctor") +
+                                   " --blas-core 2>&1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string core = r.output.substr(r.output.rfind('\n', r.output.size() - 2) + 1);
+  const std::string chosen = core.substr(0, core.find('\n'));
+  EXPECT_EQ(better_openblas_core(chosen, cpu_vector_features()), "") << r.output;
+  const auto said = r.output.find("starting again with OPENBLAS_CORETYPE=");
+  if (said != std::string::npos) {
+    EXPECT_NE(r.output.find("OPENBLAS_CORETYPE=" + chosen + " "), std::string::npos) << r.output;
+    std::printf("restarted: %s", r.output.c_str());
+  }
+  // A kernel set the user chose is kept, even a slow one.
+  const auto kept = test::run_command("OPENBLAS_CORETYPE=Prescott " + test::bin_path("ft_doctor") + " --blas-core");
+  if (!chosen.empty()) EXPECT_EQ(kept.output, "Prescott\n");
 }
 
 }  // namespace
