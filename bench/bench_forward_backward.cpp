@@ -31,6 +31,7 @@
 #include "train/memory_tracker.h"
 #include "train/metrics_log.h"
 #include "util/cpu_threads.h"
+#include "util/heap_reuse.h"
 #include "util/error.h"
 #include "util/timer.h"
 
@@ -64,6 +65,7 @@ int run(int argc, char** argv) {
     return 0;
   }
   ft::configure_cpu_threads(args.count("threads") ? args["threads"].as<int>() : 0);
+  ft::keep_freed_heap_memory();  // as ft_train does
   const auto dtype = args["dtype"].as<std::string>() == "bf16" ? torch::kBFloat16 : torch::kFloat;
 
   ft::io::LlamaConfig c;

@@ -36,6 +36,7 @@
 #include "util/error.h"
 #include "util/fault_point.h"
 #include "util/file_util.h"
+#include "util/heap_reuse.h"
 #include "util/json.h"
 #include "util/log.h"
 #include "util/timer.h"
@@ -165,6 +166,7 @@ class TrainingRun {
     ckpt_ = resume_.reader.get();
     plan_.threads = threads_per_rank(c.train.threads, comm.local_world_size());
     configure_cpu_threads(plan_.threads);
+    keep_freed_heap_memory();  // each step reuses the last step's host memory, without page faults
     // Dropout masks come from LibTorch's default generator: seeded from train.seed so a run repeats
     // exactly, and per rank so ranks do not drop the same positions of different samples.
     at::manual_seed(c.train.seed + static_cast<std::uint64_t>(comm.rank()));
