@@ -18,7 +18,8 @@ bool key_changes_math(const std::string& key) {
   static const std::set<std::string> neutral = {
       "run_dir",          "data.eval",          "data.cache_dir",       "data.prefetch",
       "data.num_workers", "data.max_bad_records", "train.micro_batch_size", "train.threads",
-      "train.activation_checkpointing", "train.on_nonfinite", "model.attention"};
+      "train.activation_checkpointing", "train.offload_activations", "train.offload_prefetch",
+      "train.on_nonfinite", "model.attention"};
   static const std::vector<std::string> neutral_sections = {"parallel.", "checkpoint.", "log."};
   if (neutral.count(key) != 0) return false;
   for (const std::string& section : neutral_sections)

@@ -213,6 +213,9 @@ std::vector<KeyDecl> make_declarations() {
           "recompute each decoder layer in backward"),
       key("train.offload_activations", t, &TrainConfig::offload_activations, kBool, Json(false),
           "with activation checkpointing on a GPU: keep each layer's input in host memory until its recompute"),
+      key("train.offload_prefetch", t, &TrainConfig::offload_prefetch, kBool, Json(true),
+          "with offload_activations: copy the next layer's input back while backward works on this one (one "
+          "more layer input on the GPU)"),
       ranged(key("train.loss_chunk_tokens", t, &TrainConfig::loss_chunk_tokens, kInt, Json(1024),
                  "target tokens per chunk of the output head and cross-entropy; 0 = full logits"),
              0, std::nullopt),

@@ -81,6 +81,7 @@ struct TrainConfig {
   std::int64_t loss_scale_growth_interval = 2000;  // GradScaler's growth_interval
   bool activation_checkpointing = false;
   bool offload_activations = false;  // checkpointed layers' inputs in (pinned) host memory
+  bool offload_prefetch = true;      // ... copied back one layer ahead, on a side stream
   // > 0: the output head and cross-entropy run over chunks of this many target tokens, never the
   // whole sequence's logits (model::chunked_causal_lm_loss); 0: full logits.
   std::int64_t loss_chunk_tokens = 1024;

@@ -67,16 +67,10 @@ struct Recompute : torch::CustomClassHolder {
   CheckpointFn fn;
   std::vector<torch::Tensor> params;
   RngState rng;
-  bool offload = false;
+  std::shared_ptr<OffloadedInputs> offload;  // where x waits for backward, when offloaded
+  std::size_t offload_slot = 0;
   c10::Device device = c10::kCPU;  // where x was
 };
-
-// x in pinned host memory, copied on the current stream without waiting (a GPU tensor only).
-torch::Tensor to_host(const torch::Tensor& x) {
-  torch::Tensor host = torch::empty(x.sizes(), x.options().device(torch::kCPU).pinned_memory(true));
-  host.copy_(x, /*non_blocking=*/true);
-  return host;
-}
 
 struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
   // Runs with grad mode off (Function::apply turns it off): fn's activations are freed as it goes.
@@ -87,21 +81,26 @@ struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
     state->device = x.device();
     torch::Tensor y = state->fn(x);
     FT_ASSERT(y.defined(), "checkpoint: the function returned no tensor");
-    ctx->save_for_backward({state->offload && x.is_cuda() ? to_host(x) : x});
+    if (state->offload && x.is_cuda()) {
+      state->offload_slot = state->offload->put(x);
+    } else {
+      state->offload.reset();  // on the CPU x is host memory already
+      ctx->save_for_backward({x});
+    }
     ctx->saved_data["state"] = c10::IValue::make_capsule(std::move(state));
     return y;
   }
 
   // Gradient slots: x, then one per parameter, then none for the state (not a tensor).
   static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
-    const torch::Tensor x = ctx->get_saved_variables()[0];
     auto holder = ctx->saved_data["state"].toCapsule();
     auto* state = static_cast<Recompute*>(holder.get());
     const std::size_t n = state->params.size();
 
-    // An offloaded input comes back from pinned memory, ordered before the recomputation on the
-    // current stream.
-    torch::Tensor x_in = x.device() == state->device ? x.detach() : x.to(state->device, /*non_blocking=*/true);
+    // An offloaded input comes back from pinned memory (started while the layer above was
+    // recomputed), ordered before the recomputation on the current stream.
+    torch::Tensor x_in =
+        state->offload ? state->offload->take(state->offload_slot) : ctx->get_saved_variables()[0].detach();
     const bool x_needs_grad = ctx->needs_input_grad(0);
     x_in.requires_grad_(x_needs_grad);
     variable_list wrt;        // what to differentiate with respect to
@@ -137,19 +136,19 @@ struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
 }  // namespace
 
 torch::Tensor checkpoint(const CheckpointFn& fn, const torch::Tensor& x, const std::vector<torch::Tensor>& params,
-                         bool offload_input) {
+                         std::shared_ptr<OffloadedInputs> offload) {
   bool any_grad = x.requires_grad();
   for (const auto& p : params) any_grad = any_grad || p.requires_grad();
   if (!torch::GradMode::is_enabled() || !any_grad) return fn(x);
   auto state = c10::make_intrusive<Recompute>();
   state->fn = fn;
   state->params = params;
-  state->offload = offload_input;
+  state->offload = std::move(offload);
   return CheckpointFunction::apply(x, at::TensorList(params), std::move(state));
 }
 
 torch::Tensor checkpointed_layer(DecoderLayer& layer, const torch::Tensor& x, const LayerInputs& inputs,
-                                 bool offload_input) {
+                                 std::shared_ptr<OffloadedInputs> offload) {
   if (inputs.cache != nullptr || !torch::GradMode::is_enabled())
     return layer(x, inputs.cos, inputs.sin, inputs.mask, inputs.cache);
   FT_CHECK(!inputs.cos.requires_grad() && !inputs.sin.requires_grad() &&
@@ -163,12 +162,13 @@ torch::Tensor checkpointed_layer(DecoderLayer& layer, const torch::Tensor& x, co
   const torch::Tensor cos = inputs.cos, sin = inputs.sin;
   const AttentionMask mask = inputs.mask;
   return checkpoint([held, cos, sin, mask](const torch::Tensor& h) mutable { return held(h, cos, sin, mask, nullptr); },
-                    x, params, offload_input);
+                    x, params, std::move(offload));
 }
 
-LayerRunner activation_checkpointing_runner(bool offload_inputs) {
-  return [offload_inputs](std::size_t, DecoderLayer& layer, const torch::Tensor& x, const LayerInputs& inputs) {
-    return checkpointed_layer(layer, x, inputs, offload_inputs);
+LayerRunner activation_checkpointing_runner(InputOffload offload) {
+  auto sessions = offload.enabled ? std::make_shared<OffloadSessions>(offload.prefetch) : nullptr;
+  return [sessions](std::size_t index, DecoderLayer& layer, const torch::Tensor& x, const LayerInputs& inputs) {
+    return checkpointed_layer(layer, x, inputs, sessions ? sessions->for_layer(index) : nullptr);
   };
 }
 

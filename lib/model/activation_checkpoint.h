@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "model/llama_model.h"
+#include "model/offloaded_inputs.h"
 
 namespace ft::model {
 
@@ -18,21 +19,21 @@ namespace ft::model {
 // around the recomputation, so random ops repeat exactly and the generator ends in backward
 // where it would have been without checkpointing. Without grad mode, or when neither x nor any
 // parameter requires grad, this is just fn(x).
-// `offload_input` (train.offload_activations): x on a GPU is kept until backward in pinned host
-// memory instead (copied asynchronously on the current stream, which orders it before anything
-// that reuses x's memory), and copied back when backward reaches it; the GPU then holds only the
-// inputs of the layers in flight. On the CPU x is host memory already: no copy.
+// `offload` (train.offload_activations): x on a GPU waits for backward in pinned host memory
+// (model/offloaded_inputs.h: copied asynchronously, brought back ahead of the recomputation);
+// the GPU then holds only the inputs of the layers in flight. On the CPU x is host memory
+// already: no copy.
 using CheckpointFn = std::function<torch::Tensor(const torch::Tensor&)>;
 torch::Tensor checkpoint(const CheckpointFn& fn, const torch::Tensor& x, const std::vector<torch::Tensor>& params,
-                         bool offload_input = false);
+                         std::shared_ptr<OffloadedInputs> offload = nullptr);
 
 // checkpoint() of `layer(x, inputs...)` with the layer's parameters that require grad. With a KV
 // cache (generation) the layer runs plainly: a recomputation would extend the cache twice.
 torch::Tensor checkpointed_layer(DecoderLayer& layer, const torch::Tensor& x, const LayerInputs& inputs,
-                                 bool offload_input = false);
+                                 std::shared_ptr<OffloadedInputs> offload = nullptr);
 
 // A LayerRunner that checkpoints every decoder layer (ForwardOptions::layer_runner), keeping
-// their inputs in host memory with `offload_inputs`.
-LayerRunner activation_checkpointing_runner(bool offload_inputs = false);
+// their inputs in host memory when `offload` is enabled (one OffloadedInputs per forward pass).
+LayerRunner activation_checkpointing_runner(InputOffload offload = {});
 
 }  // namespace ft::model

@@ -181,13 +181,15 @@ std::size_t FsdpStrategy::gathered_units() const {
 
 std::size_t FsdpStrategy::take_gathers_at_use() { return std::exchange(gathers_at_use_, 0); }
 
-model::LayerRunner FsdpStrategy::layer_runner(bool activation_checkpointing, bool offload_inputs) {
-  return [this, activation_checkpointing, offload_inputs](std::size_t index, model::DecoderLayer& layer,
-                                                          const torch::Tensor& x,
-                                                          const model::LayerInputs& in) -> torch::Tensor {
+model::LayerRunner FsdpStrategy::layer_runner(bool activation_checkpointing, model::InputOffload offload) {
+  auto sessions = offload.enabled ? std::make_shared<model::OffloadSessions>(offload.prefetch) : nullptr;
+  return [this, activation_checkpointing, sessions](std::size_t index, model::DecoderLayer& layer,
+                                                    const torch::Tensor& x,
+                                                    const model::LayerInputs& in) -> torch::Tensor {
     auto run = [&] {
-      return activation_checkpointing ? model::checkpointed_layer(layer, x, in, offload_inputs)
-                                      : layer(x, in.cos, in.sin, in.mask, in.cache);
+      return activation_checkpointing
+                 ? model::checkpointed_layer(layer, x, in, sessions ? sessions->for_layer(index) : nullptr)
+                 : layer(x, in.cos, in.sin, in.mask, in.cache);
     };
     const int u = index < unit_of_layer_.size() ? unit_of_layer_[index] : -1;
     if (u < 0) return run();  // no trainable parameter in this layer: nothing sharded

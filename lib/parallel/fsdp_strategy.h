@@ -49,7 +49,7 @@ class FsdpStrategy : public ParallelStrategy {
   OptimizerShard& optimizer_shard() override { return *shard_; }
   std::vector<ShardPiece> shard_pieces() const override;
   void reload_parameters_from_master() override;
-  model::LayerRunner layer_runner(bool activation_checkpointing, bool offload_inputs = false) override;
+  model::LayerRunner layer_runner(bool activation_checkpointing, model::InputOffload offload = {}) override;
   MemoryReport memory() const override;
   void for_each_full_parameter(const std::function<void(const std::string&, const at::Tensor&)>& fn) override;
 

@@ -9,8 +9,8 @@
 
 namespace ft::parallel {
 
-model::LayerRunner ParallelStrategy::layer_runner(bool activation_checkpointing, bool offload_inputs) {
-  if (activation_checkpointing) return model::activation_checkpointing_runner(offload_inputs);
+model::LayerRunner ParallelStrategy::layer_runner(bool activation_checkpointing, model::InputOffload offload) {
+  if (activation_checkpointing) return model::activation_checkpointing_runner(offload);
   return {};
 }
 

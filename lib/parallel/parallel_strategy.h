@@ -17,6 +17,7 @@
 #include "config/run_config.h"
 #include "comm/communicator.h"
 #include "model/llama_model.h"
+#include "model/offloaded_inputs.h"
 #include "optim/adamw.h"
 #include "parallel/shard_layout.h"
 
@@ -105,7 +106,7 @@ class ParallelStrategy {
   // The hook the model's forward runs each decoder layer through (FSDP gathers the layer's
   // parameters around it; with activation checkpointing the layer is recomputed in backward).
   // The default: checkpointing (its layers' inputs in host memory with `offload_inputs`) or nothing.
-  virtual model::LayerRunner layer_runner(bool activation_checkpointing, bool offload_inputs = false);
+  virtual model::LayerRunner layer_runner(bool activation_checkpointing, model::InputOffload offload = {});
   // Before each forward (FSDP gathers the parameters outside the layers).
   virtual void before_forward() {}
   virtual MemoryReport memory() const = 0;

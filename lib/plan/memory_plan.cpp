@@ -305,11 +305,12 @@ MemoryBreakdown memory_for(const config::RunConfig& run, const io::LlamaConfig& 
   const std::int64_t top_attention_backward = attention_backward_bytes(s, micro_batch, seq_len, attention);
   m.activations_full = s.layers * layer + std::max(forward_end, top_attention_backward);
   // Each checkpointed layer keeps its input; offloaded (on a GPU), the inputs wait in host memory
-  // and only the one of the layer being recomputed is on the device.
+  // and two are on the device: the one of the layer being recomputed and the one copied back
+  // ahead for the layer below (model/offloaded_inputs.h); one without train.offload_prefetch.
   const std::int64_t layer_input = micro_batch * seq_len * s.hidden * d;
   const bool offloaded = run.train.offload_activations && !cpu;
   m.host_activations = offloaded && run.train.activation_checkpointing ? s.layers * layer_input : 0;
-  m.activations_checkpointed = (offloaded ? 1 : s.layers) * layer_input +
+  m.activations_checkpointed = (offloaded ? std::min<std::int64_t>(run.train.offload_prefetch ? 2 : 1, s.layers) : s.layers) * layer_input +
                                std::max(forward_end, layer + top_attention_backward + mask);
   m.activations = run.train.activation_checkpointing ? m.activations_checkpointed : m.activations_full;
   m.overhead = cpu ? 0 : kFrameworkOverhead;

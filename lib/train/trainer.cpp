@@ -266,7 +266,8 @@ void TrainingRun::build_model_and_strategy() {
                       1000003ull * static_cast<std::uint64_t>(ckpt_->state().step));
     log::info("training state loaded from ", ckpt_->dir(), " in ", load_clock.seconds(), " s");
   }
-  hooks_ = ForwardHooks{strategy_->layer_runner(c_.train.activation_checkpointing, c_.train.offload_activations),
+  hooks_ = ForwardHooks{strategy_->layer_runner(c_.train.activation_checkpointing,
+                                              {c_.train.offload_activations, c_.train.offload_prefetch}),
                         [this] { strategy_->before_forward(); }};
 }
 

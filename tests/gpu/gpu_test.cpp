@@ -302,11 +302,11 @@ TEST(GpuCheckpointing, CudaDropoutMasksReplayBitwise) {
   const auto ids = torch::randint(3, 500, {2, 48}, torch::TensorOptions().dtype(torch::kLong).device(kGpu));
   // The bytes on the GPU once the forward is done, when the offloaded inputs are in host memory.
   std::int64_t after_forward[2] = {0, 0};
-  auto grads = [&](bool checkpointing, bool offload = false) {
+  auto grads = [&](bool checkpointing, bool offload = false, bool prefetch = true) {
     torch::manual_seed(42);
     m->zero_grad();
     model::ForwardOptions fo;
-    if (checkpointing) fo.layer_runner = model::activation_checkpointing_runner(offload);
+    if (checkpointing) fo.layer_runner = model::activation_checkpointing_runner({offload, prefetch});
     auto loss = model::causal_lm_loss(m(ids, fo), ids);
     torch::cuda::synchronize();
     if (checkpointing) after_forward[offload ? 1 : 0] = train::MemoryTracker(kGpu).allocated_bytes();
@@ -320,11 +320,13 @@ TEST(GpuCheckpointing, CudaDropoutMasksReplayBitwise) {
   const auto again = grads(false);
   const auto checkpointed = grads(true);
   const auto offloaded = grads(true, true);
+  const auto on_demand = grads(true, true, /*prefetch=*/false);
   ASSERT_FALSE(plain.empty());
   for (std::size_t i = 0; i < plain.size(); ++i) {
     ASSERT_TRUE(torch::equal(plain[i], again[i])) << "the plain run itself is not repeatable (" << i << ")";
     EXPECT_TRUE(torch::equal(checkpointed[i], plain[i])) << "parameter " << i;
     EXPECT_TRUE(torch::equal(offloaded[i], plain[i])) << "offloaded, parameter " << i;
+    EXPECT_TRUE(torch::equal(on_demand[i], plain[i])) << "offloaded without prefetch, parameter " << i;
   }
   // Each checkpointed layer's input: [2, 48, hidden] in the model's dtype; stories260K has 5 layers.
   const std::int64_t layer_input = 2 * 48 * m->config().hidden_size * static_cast<std::int64_t>(m->output_weight().element_size());

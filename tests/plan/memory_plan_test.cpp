@@ -321,21 +321,28 @@ TEST(MemoryPlan, LongestSequenceIsWhereTheNextTokenNoLongerFits) {
   EXPECT_LT(row(plan_memory(unchecked, model, o), "lora+ddp").max_seq_len, lora.max_seq_len / 4);
 }
 
-// train.offload_activations: the checkpointed layers' inputs move to host memory, one stays on the
-// GPU; Unsloth's setting (Llama-3.1-8B, NF4, LoRA r=32 on all linear layers, one 24 GB card; it
-// publishes 78,475 tokens) then fits 80K tokens and more. On the CPU nothing moves.
-TEST(MemoryPlan, OffloadedActivationsLeaveOneLayerInputOnTheGpu) {
+// train.offload_activations: the checkpointed layers' inputs move to host memory; two stay on the
+// GPU with the copy back prefetched (train.offload_prefetch), one without. Unsloth's setting
+// (Llama-3.1-8B, NF4, LoRA r=32 on all linear layers, one 24 GB card; it publishes 78,475 tokens)
+// then fits more than Unsloth's count, and 80K tokens and more without the prefetch. On the CPU
+// nothing moves.
+TEST(MemoryPlan, OffloadedActivationsLeaveTwoLayerInputsOnTheGpuOrOneWithoutPrefetch) {
   const auto model = model_config("meta-llama/Llama-3.1-8B");
   std::vector<std::string> unsloth = {"model.quantize=nf4", "lora.r=32", "lora.alpha=64", "lora.dropout=0",
                                       "data.packing=false"};
   const auto kept = shipped("llama3_8b_lora.json", "meta-llama/Llama-3.1-8B", unsloth);
   unsloth.push_back("train.offload_activations=true");
   const auto offloaded = shipped("llama3_8b_lora.json", "meta-llama/Llama-3.1-8B", unsloth);
+  unsloth.push_back("train.offload_prefetch=false");
+  const auto on_demand = shipped("llama3_8b_lora.json", "meta-llama/Llama-3.1-8B", unsloth);
   const std::int64_t seq = 4096, input = seq * model.hidden_size * 2;  // one layer's input in bf16
   const auto attention = planned_attention("sdpa");
   const auto a = memory_for(kept, model, config::Strategy::kDdp, true, 1, seq, 1, attention);
   const auto b = memory_for(offloaded, model, config::Strategy::kDdp, true, 1, seq, 1, attention);
-  EXPECT_EQ(a.activations - b.activations, (model.num_hidden_layers - 1) * input);
+  const auto c = memory_for(on_demand, model, config::Strategy::kDdp, true, 1, seq, 1, attention);
+  EXPECT_EQ(a.activations - b.activations, (model.num_hidden_layers - 2) * input);
+  EXPECT_EQ(a.activations - c.activations, (model.num_hidden_layers - 1) * input);
+  EXPECT_EQ(c.host_activations, model.num_hidden_layers * input);
   EXPECT_EQ(a.host_activations, 0);
   EXPECT_EQ(b.host_activations, model.num_hidden_layers * input);
   const auto cpu = memory_for(offloaded, model, config::Strategy::kDdp, true, 1, seq, 1, attention, /*cpu=*/true);
@@ -348,9 +355,12 @@ TEST(MemoryPlan, OffloadedActivationsLeaveOneLayerInputOnTheGpu) {
   o.attention = "sdpa";
   const std::int64_t before = row(plan_memory(kept, model, o), "lora+ddp").max_seq_len;
   const std::int64_t after = row(plan_memory(offloaded, model, o), "lora+ddp").max_seq_len;
-  EXPECT_GE(after, 80000);
+  const std::int64_t unprefetched = row(plan_memory(on_demand, model, o), "lora+ddp").max_seq_len;
+  EXPECT_GT(after, 78475);
+  EXPECT_GE(unprefetched, 80000);
   std::printf("Llama-3.1-8B, NF4, LoRA r=32 all linear, one 24 GB GPU: %lld tokens, %lld with the layer inputs "
-              "offloaded\n", (long long)before, (long long)after);
+              "offloaded, %lld offloaded without prefetch\n", (long long)before, (long long)after,
+              (long long)unprefetched);
 }
 
 }  // namespace
