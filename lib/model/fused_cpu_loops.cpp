@@ -1,16 +1,12 @@
 // The raw fp32 loops of the fused layer operations, written for the auto-vectorizer (as
-// optim/cpu_kernels.cpp: built without the PCH, with -fno-math-errno; on x86-64 with GCC each loop
-// is cloned for AVX-512, AVX2 and the baseline, chosen at load time).
+// optim/cpu_kernels.cpp: built without the PCH, with -fno-math-errno; on x86-64 each loop is
+// cloned for AVX-512, AVX2 and the baseline, chosen at load time: util/cpu_clones.h).
 #include "model/fused_cpu_loops.h"
 
 #include <cmath>
 #include <cstring>
 
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
-#define FT_FUSED_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#else
-#define FT_FUSED_CLONES
-#endif
+#include "util/cpu_clones.h"
 
 namespace ft::model::cpu {
 namespace {
@@ -38,7 +34,7 @@ inline float vector_exp(float x) {
 }
 
 // Σ a[i]·b[i] in 8 double lanes (a fixed order: the result does not depend on the machine).
-FT_FUSED_CLONES
+FT_CPU_CLONES
 double dot(const float* __restrict a, const float* __restrict b, std::int64_t n) {
   constexpr int kLanes = 8;
   double acc[kLanes] = {0, 0, 0, 0, 0, 0, 0, 0};
@@ -51,7 +47,7 @@ double dot(const float* __restrict a, const float* __restrict b, std::int64_t n)
 
 }  // namespace
 
-FT_FUSED_CLONES
+FT_CPU_CLONES
 void rms_norm_forward(const float* __restrict x, const float* __restrict w, float* __restrict y,
                       float* __restrict rstd, std::int64_t rows, std::int64_t n, float eps) {
   for (std::int64_t row = 0; row < rows; ++row) {
@@ -65,7 +61,7 @@ void rms_norm_forward(const float* __restrict x, const float* __restrict w, floa
   }
 }
 
-FT_FUSED_CLONES
+FT_CPU_CLONES
 void rms_norm_backward(const float* __restrict dy, const float* __restrict x, const float* __restrict w,
                        const float* __restrict rstd, float* __restrict dx, float* __restrict dw_partial,
                        std::int64_t rows, std::int64_t n) {
@@ -85,13 +81,13 @@ void rms_norm_backward(const float* __restrict dy, const float* __restrict x, co
   }
 }
 
-FT_FUSED_CLONES
+FT_CPU_CLONES
 void swiglu_forward(const float* __restrict g, const float* __restrict u, float* __restrict y, std::int64_t n) {
   // ATen's silu: x / (1 + exp(-x)).
   for (std::int64_t i = 0; i < n; ++i) y[i] = g[i] / (1.0f + vector_exp(-g[i])) * u[i];
 }
 
-FT_FUSED_CLONES
+FT_CPU_CLONES
 void swiglu_backward(const float* __restrict dy, const float* __restrict g, const float* __restrict u,
                      float* __restrict dg, float* __restrict du, std::int64_t n) {
   for (std::int64_t i = 0; i < n; ++i) {
@@ -103,7 +99,7 @@ void swiglu_backward(const float* __restrict dy, const float* __restrict g, cons
   }
 }
 
-FT_FUSED_CLONES
+FT_CPU_CLONES
 void rotary_row(const float* __restrict x, const float* __restrict cos, const float* __restrict sin,
                 float* __restrict out, std::int64_t hd, bool inverse) {
   const std::int64_t half = hd / 2;

@@ -2,18 +2,14 @@
 // with -fno-math-errno (else GCC keeps a scalar sqrtf call per element for errno and refuses to
 // vectorize) and -ffp-contract=off (else GCC fuses p*decay + update into one FMA, which PyTorch
 // does not): see lib/CMakeLists.txt. The only FMAs are the two written as std::fma.
-// On x86-64 with GCC each loop is cloned for AVX-512, AVX2+FMA and the baseline, chosen at load
-// time; all clones give the same bits (the baseline one calls libm's fmaf, slowly).
+// On x86-64 each loop is cloned for AVX-512, AVX2+FMA and the baseline, chosen at load time
+// (util/cpu_clones.h); all clones give the same bits (the baseline one calls libm's fmaf, slowly).
 #include "optim/cpu_kernels.h"
 
 #include <cfloat>
 #include <cmath>
 
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
-#define FT_OPTIM_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#else
-#define FT_OPTIM_CLONES
-#endif
+#include "util/cpu_clones.h"
 
 namespace ft::optim::cpu {
 
@@ -36,7 +32,7 @@ AdamWCoefficients adamw_coefficients(double lr, double beta1, double beta2, doub
   return c;
 }
 
-FT_OPTIM_CLONES
+FT_CPU_CLONES
 void adamw_update(float* __restrict param, const float* __restrict grad, float* __restrict exp_avg,
                   float* __restrict exp_avg_sq, std::int64_t n, const AdamWCoefficients& c,
                   float decay_factor) {
@@ -55,7 +51,7 @@ void adamw_update(float* __restrict param, const float* __restrict grad, float* 
   }
 }
 
-FT_OPTIM_CLONES
+FT_CPU_CLONES
 double sum_of_squares(const float* __restrict x, std::int64_t n) {
   constexpr int kLanes = 8;
   double acc[kLanes] = {0, 0, 0, 0, 0, 0, 0, 0};
@@ -73,7 +69,7 @@ double sum_of_squares(const float* __restrict x, std::int64_t n) {
   return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
 }
 
-FT_OPTIM_CLONES
+FT_CPU_CLONES
 bool unscale_and_check(float* __restrict x, std::int64_t n, float inv_scale) {
   int nonfinite = 0;
   for (std::int64_t i = 0; i < n; ++i) {
