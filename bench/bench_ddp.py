@@ -3,7 +3,10 @@
 every linear layer of a random ~50M-parameter LLaMA, and a full-parameter fine-tune of it; per step, the time spent waiting on
 gradient communication with and without overlap; the bytes each rank sends per step with fp32
 and bf16 gradients. Runs the real binaries (ft_launch, ft_train) and reads metrics.jsonl.
-    /usr/bin/python3 bench/bench_ddp.py [--build build] [--steps 6]
+    /usr/bin/python3 bench/bench_ddp.py [--build build] [--steps 6] [--repeats 3] [--only "50M LoRA"]
+A shared VM's speed drifts by tens of percent from minute to minute: the 1-rank and 2-rank runs of
+a case alternate --repeats times and each keeps its best run (the median step of a run); the
+spread of the runs is printed beside it.
 """
 import argparse
 import json
@@ -38,6 +41,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--build", default="build")
     parser.add_argument("--steps", type=int, default=6)
+    parser.add_argument("--repeats", type=int, default=3, help="runs of each side per case, alternating; best kept")
+    parser.add_argument("--only", default="", help="only the cases whose name contains this")
     args = parser.parse_args()
     tmp = tempfile.mkdtemp(prefix="bench_ddp_")
     model50 = os.path.join(tmp, "model50m")
@@ -55,32 +60,46 @@ def main():
               "train.threads=1"]
     rows = []
 
-    def case(name, ranks, config, extra):
-        r = run_train(args.build, ranks, config, common + extra, os.path.join(tmp, f"run{len(rows)}"))
-        rows.append((name, ranks, r))
-        print(f"{name:<44} ranks {ranks}: {r['tokens_per_s']:9.0f} tokens/s, step {r['step_s']:.3f} s, "
+    def show(name, ranks, r, runs):
+        spread = "" if len(runs) < 2 else f" (runs {min(runs):.3f}-{max(runs):.3f} s)"
+        print(f"{name:<44} ranks {ranks}: {r['tokens_per_s']:9.0f} tokens/s, step {r['step_s']:.3f} s{spread}, "
               f"waiting on communication {r['comm_s']:.3f} s, all-reduce payload {r['comm_bytes'] / 1e6:.1f} MB",
               flush=True)
-        return r
 
-    one = case("tiny_lora (LoRA 46K trainable)", 1, "configs/tiny_lora.json", ["train.micro_batch_size=8"])
-    two = case("tiny_lora (LoRA 46K trainable)", 2, "configs/tiny_lora.json", ["train.micro_batch_size=4"])
-    print(f"  -> 2-rank / 1-rank throughput: {two['tokens_per_s'] / one['tokens_per_s']:.2f}x")
-    one = case("LoRA r=16 all-linear, 50M base", 1, lora50, ["train.micro_batch_size=8"])
-    two = case("LoRA r=16 all-linear, 50M base", 2, lora50, ["train.micro_batch_size=4"])
-    print(f"  -> 2-rank / 1-rank throughput: {two['tokens_per_s'] / one['tokens_per_s']:.2f}x")
-    one = case("full fine-tune, 50M parameters, fp32", 1, full, ["train.micro_batch_size=8"])
-    two = case("full fine-tune, 50M parameters, fp32 grads, overlap", 2, full, ["train.micro_batch_size=4"])
-    no = case("full fine-tune, 50M parameters, fp32 grads, no overlap", 2, full,
-              ["train.micro_batch_size=4", "parallel.overlap_grad_reduce=false"])
-    bf = case("full fine-tune, 50M parameters, bf16 grads, overlap", 2, full,
-              ["train.micro_batch_size=4", "parallel.grad_comm_dtype=bf16"])
-    print(f"  -> 2-rank / 1-rank throughput: {two['tokens_per_s'] / one['tokens_per_s']:.2f}x")
-    print(f"  -> waiting on communication per step: {two['comm_s']:.3f} s with overlap, {no['comm_s']:.3f} s without")
-    # A ring all-reduce sends 2 (W-1)/W of the payload per rank (Gloo's measured factor: tests/dist).
-    for name, r in (("fp32", two), ("bf16", bf)):
-        print(f"  -> bytes sent per rank per step, {name} gradients: {r['comm_bytes'] * 2 * (2 - 1) / 2 / 1e6:.1f} MB")
+    def run(config, ranks, extra):
+        rows.append(None)
+        return run_train(args.build, ranks, config, common + extra, os.path.join(tmp, f"run{len(rows)}"))
 
+    def compare(name, config, extra=(), two_name=None):
+        """1 rank at micro-batch 8 against 2 ranks at 4 (the same global batch), alternating."""
+        ones, twos = [], []
+        for _ in range(args.repeats):
+            ones.append(run(config, 1, ["train.micro_batch_size=8"] + list(extra)))
+            twos.append(run(config, 2, ["train.micro_batch_size=4"] + list(extra)))
+        one = min(ones, key=lambda r: r["step_s"])
+        two = min(twos, key=lambda r: r["step_s"])
+        show(name, 1, one, [r["step_s"] for r in ones])
+        show(two_name or name, 2, two, [r["step_s"] for r in twos])
+        print(f"  -> 2-rank / 1-rank throughput: {two['tokens_per_s'] / one['tokens_per_s']:.2f}x", flush=True)
+        return one, two
+
+    def wanted(name):
+        return args.only in name
+
+    if wanted("tiny LoRA"):
+        compare("tiny LoRA (tiny_lora.json, 46K trainable)", "configs/tiny_lora.json")
+    if wanted("50M LoRA"):
+        compare("50M LoRA (r=16, all linear layers)", lora50)
+    if wanted("50M full"):
+        _, two = compare("50M full fine-tune, fp32", full, two_name="50M full fine-tune, fp32 grads, overlap")
+        no = run(full, 2, ["train.micro_batch_size=4", "parallel.overlap_grad_reduce=false"])
+        show("50M full fine-tune, fp32 grads, no overlap", 2, no, [])
+        bf = run(full, 2, ["train.micro_batch_size=4", "parallel.grad_comm_dtype=bf16"])
+        show("50M full fine-tune, bf16 grads, overlap", 2, bf, [])
+        print(f"  -> waiting on communication per step: {two['comm_s']:.3f} s with overlap, {no['comm_s']:.3f} s without")
+        # A ring all-reduce sends 2 (W-1)/W of the payload per rank (Gloo's measured factor: tests/dist).
+        for name, r in (("fp32", two), ("bf16", bf)):
+            print(f"  -> bytes sent per rank per step, {name} gradients: {r['comm_bytes'] * 2 * (2 - 1) / 2 / 1e6:.1f} MB")
 
 if __name__ == "__main__":
     main()
