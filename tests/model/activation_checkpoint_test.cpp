@@ -40,10 +40,10 @@ const Batch& batch() {
   return b;
 }
 
-torch::Tensor mean_loss(LlamaForCausalLM& model, bool checkpointed) {
+torch::Tensor mean_loss(LlamaForCausalLM& model, bool checkpointed, InputOffload offload = {}) {
   ForwardOptions o;
   o.segment_ids = batch().segments;
-  if (checkpointed) o.layer_runner = activation_checkpointing_runner();
+  if (checkpointed) o.layer_runner = activation_checkpointing_runner(offload);
   LossSum l = causal_lm_loss(model(batch().ids, o), batch().labels);
   return l.sum / static_cast<double>(l.tokens);
 }
@@ -54,10 +54,10 @@ struct CheckpointRun {
 };
 
 // One forward and backward from cleared gradients.
-CheckpointRun run(LlamaForCausalLM& model, bool checkpointed) {
+CheckpointRun run(LlamaForCausalLM& model, bool checkpointed, InputOffload offload = {}) {
   for (auto& p : model->parameters()) p.mutable_grad() = torch::Tensor();
   CheckpointRun r;
-  r.loss = mean_loss(model, checkpointed);
+  r.loss = mean_loss(model, checkpointed, offload);
   r.loss.backward();
   for (const auto& item : model->named_parameters()) {
     if (!item.value().requires_grad()) continue;
@@ -99,6 +99,30 @@ TEST(ActivationCheckpoint, FullFineTuneGivesIdenticalLossAndGradientsBf16) {
   CheckpointRun checkpointed = run(model, true);
   for (const auto& [name, g] : checkpointed.grads) EXPECT_EQ(g.scalar_type(), torch::kBFloat16) << name;
   expect_identical(plain, checkpointed);
+}
+
+// train.offload_activations on the CPU: the inputs are host memory already and stay where they
+// are (the GPU path, copies and the prefetch on a side stream, is test_gpu's).
+TEST(ActivationCheckpoint, OffloadOnTheCpuKeepsTheInputsAndChangesNothing) {
+  auto model = load_stories(torch::kFloat);
+  model->train();
+  for (auto& p : model->parameters()) p.requires_grad_(true);
+  CheckpointRun plain = run(model, false);
+  expect_identical(plain, run(model, true, {/*enabled=*/true, /*prefetch=*/true}));
+  expect_identical(plain, run(model, true, {/*enabled=*/true, /*prefetch=*/false}));
+}
+
+// A layer runner's offloaded inputs are per forward pass: the next micro-batch (the layer index
+// starting over) gets its own, so a pass never takes back another pass's inputs.
+TEST(ActivationCheckpoint, EachForwardPassOffloadsIntoItsOwnQueue) {
+  OffloadSessions sessions(/*prefetch=*/true);
+  const auto first = sessions.for_layer(0);
+  EXPECT_EQ(sessions.for_layer(1), first);
+  EXPECT_EQ(sessions.for_layer(4), first);
+  const auto second = sessions.for_layer(0);
+  EXPECT_NE(second, first);
+  EXPECT_EQ(sessions.for_layer(1), second);
+  EXPECT_NE(sessions.for_layer(1), second) << "a layer index that does not go up starts a new pass";
 }
 
 // LoRA: the base is frozen, so the first layer's input does not require grad; the gradients
