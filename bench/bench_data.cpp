@@ -55,7 +55,7 @@ int run(int argc, char** argv) {
   std::printf("  %s\n", data.stats.summary().c_str());
 
   const std::string tmp = "/tmp/bench_data.ftok";
-  ft::data::write_token_file(tmp, data, {1, 2, 3, static_cast<std::uint64_t>(tokenizer.vocab_size())});
+  ft::data::write_token_file(tmp, data, {1, 2, 3, static_cast<std::uint64_t>(tokenizer.vocab_size()), tokenizer.kind()});
   ft::data::TokenFile file(tmp);
   const std::int64_t micro = args["micro-batch"].as<std::int64_t>();
   for (bool packing : {false, true}) {

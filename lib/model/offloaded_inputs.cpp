@@ -26,6 +26,7 @@ void OffloadedInputs::start_copy_back(std::size_t slot) {
   if (!e.host.defined() || e.arriving.defined()) return;
   const c10::impl::VirtualGuardImpl guard(device_.type());
   const c10::Stream compute = guard.getStream(device_);
+  compute_stream_ = compute;
   if (!copy_stream_) copy_stream_ = guard.getStreamFromGlobalPool(device_);
   // Allocated for the compute stream, which will read it and free it. The copy stream first waits
   // for everything the compute stream has queued so far: the forward's copy to host, and any
@@ -40,6 +41,19 @@ void OffloadedInputs::start_copy_back(std::size_t slot) {
   }
   e.ready.emplace(device_.type());
   e.ready->record(*copy_stream_);
+}
+
+// A copy started ahead and never taken (backward stopped by an error, or the graph dropped): the
+// compute stream waits for it before the allocator can hand its memory to the compute stream's
+// next tensor, which the copy would otherwise still be writing.
+OffloadedInputs::~OffloadedInputs() {
+  for (Entry& e : entries_) {
+    if (!e.ready || !compute_stream_) continue;
+    try {
+      e.ready->block(*compute_stream_);
+    } catch (...) {  // a destructor: the device is already failing, nothing better to do
+    }
+  }
 }
 
 at::Tensor OffloadedInputs::take(std::size_t slot) {

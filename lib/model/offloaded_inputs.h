@@ -24,6 +24,9 @@ struct InputOffload {
 class OffloadedInputs {
  public:
   explicit OffloadedInputs(bool prefetch) : prefetch_(prefetch) {}
+  ~OffloadedInputs();
+  OffloadedInputs(const OffloadedInputs&) = delete;
+  OffloadedInputs& operator=(const OffloadedInputs&) = delete;
   // Forward: copies x (a GPU tensor) to pinned host memory on the current stream, without waiting
   // (anything that later reuses x's memory is ordered after the copy on that stream). Returns its slot.
   std::size_t put(const at::Tensor& x);
@@ -43,6 +46,7 @@ class OffloadedInputs {
   std::vector<Entry> entries_;
   c10::Device device_ = c10::kCPU;
   std::optional<c10::Stream> copy_stream_;
+  std::optional<c10::Stream> compute_stream_;  // the stream the copies back were allocated for
 };
 
 // One OffloadedInputs per forward pass, for a layer runner: a new one whenever the layer index

@@ -46,7 +46,7 @@ TEST(Packing, PackedSamplesHaveTheirOwnLosses) {
   dc.train_on_prompt = true;  // also checks that nothing is learned across a sample boundary
   auto settings = data::SampleSettings::from_config(dc);
   auto dataset = data::tokenize_dataset(test::data_path("datasets/alpaca_eval.jsonl"), settings, tokenizer, 1);
-  data::write_token_file(dir.file("eval.ftok"), dataset, {1, 2, 3, static_cast<std::uint64_t>(tokenizer.vocab_size())});
+  data::write_token_file(dir.file("eval.ftok"), dataset, {1, 2, 3, static_cast<std::uint64_t>(tokenizer.vocab_size()), tokenizer.kind()});
   data::TokenFile file(dir.file("eval.ftok"));
   data::ItemView packed(file, 384, true), alone(file, 384, false);
   auto model = model::load_llama(test::data_path("stories260K"));
