@@ -8,7 +8,6 @@
 #include <map>
 #include <utility>
 
-#include "model/activation_checkpoint.h"
 #include "optim/grad_clip.h"
 #include "util/error.h"
 #include "util/timer.h"
@@ -182,15 +181,11 @@ std::size_t FsdpStrategy::gathered_units() const {
 std::size_t FsdpStrategy::take_gathers_at_use() { return std::exchange(gathers_at_use_, 0); }
 
 model::LayerRunner FsdpStrategy::layer_runner(bool activation_checkpointing, model::InputOffload offload) {
-  auto sessions = offload.enabled ? std::make_shared<model::OffloadSessions>(offload.prefetch) : nullptr;
-  return [this, activation_checkpointing, sessions](std::size_t index, model::DecoderLayer& layer,
-                                                    const torch::Tensor& x,
-                                                    const model::LayerInputs& in) -> torch::Tensor {
-    auto run = [&] {
-      return activation_checkpointing
-                 ? model::checkpointed_layer(layer, x, in, sessions ? sessions->for_layer(index) : nullptr)
-                 : layer(x, in.cos, in.sin, in.mask, in.cache);
-    };
+  // The gathers wrap the default runner: checkpointing (and its offload) or the plain layer.
+  model::LayerRunner inner = ParallelStrategy::layer_runner(activation_checkpointing, offload);
+  return [this, inner](std::size_t index, model::DecoderLayer& layer, const torch::Tensor& x,
+                       const model::LayerInputs& in) -> torch::Tensor {
+    auto run = [&] { return inner ? inner(index, layer, x, in) : layer(x, in.cos, in.sin, in.mask, in.cache); };
     const int u = index < unit_of_layer_.size() ? unit_of_layer_[index] : -1;
     if (u < 0) return run();  // no trainable parameter in this layer: nothing sharded
     gather(units_[u]);

@@ -105,7 +105,7 @@ class ParallelStrategy {
 
   // The hook the model's forward runs each decoder layer through (FSDP gathers the layer's
   // parameters around it; with activation checkpointing the layer is recomputed in backward).
-  // The default: checkpointing (its layers' inputs in host memory with `offload_inputs`) or nothing.
+  // The default: checkpointing (its layers' inputs in host memory when `offload` is enabled) or nothing.
   virtual model::LayerRunner layer_runner(bool activation_checkpointing, model::InputOffload offload = {});
   // Before each forward (FSDP gathers the parameters outside the layers).
   virtual void before_forward() {}

@@ -8,17 +8,14 @@
 
 namespace ft {
 
-bool keep_freed_heap_memory() {
+void keep_freed_heap_memory() {
 #if defined(__GLIBC__)
   for (const char* tuned : {"MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_TOP_PAD_", "GLIBC_TUNABLES"})
-    if (std::getenv(tuned) != nullptr) return false;
+    if (std::getenv(tuned) != nullptr) return;
   // 32 MiB: glibc refuses more (HEAP_MAX_SIZE / 2 on 64-bit). Setting it also stops the dynamic
   // threshold, and a trim threshold this large keeps freed tops of the heap for the next step.
-  const bool mmap_set = ::mallopt(M_MMAP_THRESHOLD, 32 << 20) == 1;
-  const bool trim_set = ::mallopt(M_TRIM_THRESHOLD, 1 << 30) == 1;
-  return mmap_set && trim_set;
-#else
-  return false;
+  ::mallopt(M_MMAP_THRESHOLD, 32 << 20);
+  ::mallopt(M_TRIM_THRESHOLD, 1 << 30);
 #endif
 }
 

@@ -9,9 +9,8 @@
 namespace ft {
 
 // Fixes glibc's mmap threshold at its maximum (32 MiB) and stops it trimming the heap, unless
-// the user tuned malloc (MALLOC_MMAP_THRESHOLD_, MALLOC_TRIM_THRESHOLD_, GLIBC_TUNABLES).
-// Returns whether it changed anything. Peak memory is unchanged; freed memory stays mapped for
-// reuse instead of being returned between steps.
-bool keep_freed_heap_memory();
+// the user tuned malloc (MALLOC_MMAP_THRESHOLD_, MALLOC_TRIM_THRESHOLD_, MALLOC_TOP_PAD_,
+// GLIBC_TUNABLES). Freed memory stays mapped for reuse instead of being returned between steps.
+void keep_freed_heap_memory();
 
 }  // namespace ft
