@@ -9,6 +9,7 @@ a case alternate --repeats times and each keeps its best run (the median step of
 spread of the runs is printed beside it.
 """
 import argparse
+import itertools
 import json
 import os
 import statistics
@@ -58,7 +59,7 @@ def main():
     json.dump(dict(config, lora={"r": 16, "alpha": 32, "target_modules": "all-linear"}), open(lora50, "w"))
     common = [f"train.max_steps={args.steps}", "log.every_steps=1", "log.eval_every_steps=0", "data.eval=",
               "train.threads=1"]
-    rows = []
+    run_dirs = (os.path.join(tmp, f"run{i}") for i in itertools.count(1))
 
     def show(name, ranks, r, runs):
         spread = "" if len(runs) < 2 else f" (runs {min(runs):.3f}-{max(runs):.3f} s)"
@@ -67,15 +68,14 @@ def main():
               flush=True)
 
     def run(config, ranks, extra):
-        rows.append(None)
-        return run_train(args.build, ranks, config, common + extra, os.path.join(tmp, f"run{len(rows)}"))
+        return run_train(args.build, ranks, config, common + extra, next(run_dirs))
 
-    def compare(name, config, extra=(), two_name=None):
+    def compare(name, config, two_name=None):
         """1 rank at micro-batch 8 against 2 ranks at 4 (the same global batch), alternating."""
         ones, twos = [], []
         for _ in range(args.repeats):
-            ones.append(run(config, 1, ["train.micro_batch_size=8"] + list(extra)))
-            twos.append(run(config, 2, ["train.micro_batch_size=4"] + list(extra)))
+            ones.append(run(config, 1, ["train.micro_batch_size=8"]))
+            twos.append(run(config, 2, ["train.micro_batch_size=4"]))
         one = min(ones, key=lambda r: r["step_s"])
         two = min(twos, key=lambda r: r["step_s"])
         show(name, 1, one, [r["step_s"] for r in ones])
