@@ -48,6 +48,16 @@ void softmax_minus_one_hot(at::Tensor& e, const at::Tensor& sum_exp, const at::T
   e.scatter_(1, index, e.gather(1, index) - 1);
 }
 
+// The head's gradient, chunk by chunk: the first chunk writes it (no pass to zero a [V,H] buffer
+// first; the same bits, since 0 + x == x), later chunks add to it.
+void accumulate_head_grad(at::Tensor& grad_w, const at::Tensor& dx, const at::Tensor& hc, bool first) {
+  if (first) {
+    at::mm_out(grad_w, dx.t(), hc);
+  } else {
+    grad_w.addmm_(dx.t(), hc);
+  }
+}
+
 // Sum over rows of -log softmax(x)[target], x = h · weightᵀ, chunk by chunk (see the header).
 // With `grads_in_forward` (fp32 and bf16) forward also turns each chunk's logits into the chunk's
 // share of the gradients of h and weight, as long as it holds them: no second product with the
@@ -65,7 +75,7 @@ struct ChunkedHeadLoss : torch::autograd::Function<ChunkedHeadLoss> {
     at::Tensor lse = at::empty({n}, h.options().dtype(at::kFloat));
     at::Tensor losses = at::empty({n}, h.options().dtype(at::kFloat));
     at::Tensor grad_h = grads_in_forward && need_h ? at::empty_like(h) : at::Tensor();
-    at::Tensor grad_w = grads_in_forward && need_w ? at::zeros_like(weight) : at::Tensor();
+    at::Tensor grad_w = grads_in_forward && need_w ? at::empty_like(weight) : at::Tensor();
     for (std::int64_t start = 0; start < n; start += chunk) {
       const std::int64_t rows = std::min(chunk, n - start);
       const at::Tensor hc = h.narrow(0, start, rows);
@@ -89,9 +99,10 @@ struct ChunkedHeadLoss : torch::autograd::Function<ChunkedHeadLoss> {
           at::Tensor out = grad_h.narrow(0, start, rows);
           at::mm_out(out, dx, weight);
         }
-        if (grad_w.defined()) grad_w.addmm_(dx.t(), hc);
+        if (grad_w.defined()) accumulate_head_grad(grad_w, dx, hc, start == 0);
       }
     }
+    if (grad_w.defined() && n == 0) grad_w.zero_();
     if (grads_in_forward) {
       ctx->save_for_backward({grad_h, grad_w});
     } else {
@@ -114,8 +125,9 @@ struct ChunkedHeadLoss : torch::autograd::Function<ChunkedHeadLoss> {
     const std::int64_t chunk = ctx->saved_data["chunk"].toInt();
     const bool need_h = ctx->needs_input_grad(0), need_w = ctx->needs_input_grad(1);
     at::Tensor grad_h = need_h ? at::empty_like(h) : at::Tensor();
-    at::Tensor grad_w = need_w ? at::zeros_like(weight) : at::Tensor();
+    at::Tensor grad_w = need_w ? at::empty_like(weight) : at::Tensor();
     const std::int64_t n = h.size(0);
+    if (grad_w.defined() && n == 0) grad_w.zero_();
     if (need_h || need_w)
       for (std::int64_t start = 0; start < n; start += chunk) {
         const std::int64_t rows = std::min(chunk, n - start);
@@ -133,7 +145,7 @@ struct ChunkedHeadLoss : torch::autograd::Function<ChunkedHeadLoss> {
           at::Tensor out = grad_h.narrow(0, start, rows);
           at::mm_out(out, dx, weight);
         }
-        if (need_w) grad_w.addmm_(dx.t(), hc);
+        if (need_w) accumulate_head_grad(grad_w, dx, hc, start == 0);
       }
     return {grad_h, grad_w, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
