@@ -65,7 +65,6 @@ int run(int argc, char** argv) {
     return 0;
   }
   ft::configure_cpu_threads(args.count("threads") ? args["threads"].as<int>() : 0);
-  ft::keep_freed_heap_memory();  // as ft_train does
   const auto dtype = args["dtype"].as<std::string>() == "bf16" ? torch::kBFloat16 : torch::kFloat;
 
   ft::io::LlamaConfig c;
@@ -83,6 +82,7 @@ int run(int argc, char** argv) {
   const std::int64_t loss_chunk = args["loss-chunk"].as<std::int64_t>();
 
   const c10::Device device(args["device"].as<std::string>());
+  ft::keep_freed_heap_memory(device.is_cpu() ? ft::StepMemory::kHost : ft::StepMemory::kDevice);  // as ft_train does
   FT_CHECK(device.is_cpu() || torch::cuda::is_available(), "--device ", device.str(), ": no CUDA device is visible");
   const double peak =
       ft::bench::measure_matmul_peak(device, dtype, at::get_num_threads(), device.is_cpu() ? 2048 : 0).flops_per_s / 1e9;

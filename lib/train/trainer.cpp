@@ -166,7 +166,8 @@ class TrainingRun {
     ckpt_ = resume_.reader.get();
     plan_.threads = threads_per_rank(c.train.threads, comm.local_world_size());
     configure_cpu_threads(plan_.threads);
-    keep_freed_heap_memory();  // each step reuses the last step's host memory, without page faults
+    // Each step reuses the last step's host memory, without page faults.
+    keep_freed_heap_memory(device.is_cpu() ? StepMemory::kHost : StepMemory::kDevice);
     // Dropout masks come from LibTorch's default generator: seeded from train.seed so a run repeats
     // exactly, and per rank so ranks do not drop the same positions of different samples.
     at::manual_seed(c.train.seed + static_cast<std::uint64_t>(comm.rank()));
