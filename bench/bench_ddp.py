@@ -2,7 +2,8 @@
 """DDP numbers: 2 ranks x 1 thread against 1 rank x 1 thread, for the tiny LoRA config, LoRA r=16 on
 every linear layer of a random ~50M-parameter LLaMA, and a full-parameter fine-tune of it; per step, the time spent waiting on
 gradient communication with and without overlap; the bytes each rank sends per step with fp32
-and bf16 gradients. Runs the real binaries (ft_launch, ft_train) and reads metrics.jsonl.
+and bf16 gradients; and the 2-rank work run as two independent processes (no communication),
+which bounds what 2 ranks can reach on this machine. Runs the real binaries (ft_launch, ft_train) and reads metrics.jsonl.
     /usr/bin/python3 bench/bench_ddp.py [--build build] [--steps 6] [--repeats 3] [--only "50M LoRA"]
 A shared VM's speed drifts by tens of percent from minute to minute: the 1-rank and 2-rank runs of
 a case alternate --repeats times and each keeps its best run (the median step of a run); the
@@ -18,16 +19,22 @@ import sys
 import tempfile
 
 
-def run_train(build, ranks, config, overrides, run_dir):
+def start_train(build, ranks, config, overrides, run_dir):
     cmd = [os.path.join(build, "bin/ft_train"), config, "--set", f"run_dir={run_dir}"]
     for o in overrides:
         cmd += ["--set", o]
     if ranks > 1:
         cmd = [os.path.join(build, "bin/ft_launch"), "--nproc_per_node", str(ranks)] + cmd
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    r = subprocess.run(cmd, capture_output=True, text=True, env=env)
-    if r.returncode != 0:
-        sys.exit(f"bench_ddp: {' '.join(cmd)} failed:\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}")
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    return cmd, proc, run_dir
+
+
+def finish_train(started):
+    cmd, proc, run_dir = started
+    out, err = proc.communicate()
+    if proc.returncode != 0:
+        sys.exit(f"bench_ddp: {' '.join(cmd)} failed:\n{out[-3000:]}\n{err[-3000:]}")
     steps = [json.loads(l) for l in open(os.path.join(run_dir, "metrics.jsonl")) if '"loss"' in l]
     steps = steps[1:] if len(steps) > 2 else steps  # the first step pays for warm-up
     return {
@@ -67,20 +74,35 @@ def main():
               f"waiting on communication {r['comm_s']:.3f} s, all-reduce payload {r['comm_bytes'] / 1e6:.1f} MB",
               flush=True)
 
+    def start(config, ranks, extra):
+        return start_train(args.build, ranks, config, common + extra, next(run_dirs))
+
     def run(config, ranks, extra):
-        return run_train(args.build, ranks, config, common + extra, next(run_dirs))
+        return finish_train(start(config, ranks, extra))
+
+    def independent_pair(config):
+        """Two 1-rank runs at once, each with a 2-rank run's share (micro-batch 4, global batch 4):
+        a 2-rank step without any communication. Its step time against the 1-rank run's is what
+        this machine allows (cores, caches and memory shared, smaller matrix products)."""
+        started = [start(config, 1, ["train.micro_batch_size=4", "train.global_batch_size=4"]) for _ in range(2)]
+        return statistics.mean(finish_train(s)["step_s"] for s in started)
 
     def compare(name, config, two_name=None):
-        """1 rank at micro-batch 8 against 2 ranks at 4 (the same global batch), alternating."""
-        ones, twos = [], []
+        """1 rank at micro-batch 8 against 2 ranks at 4 (the same global batch), alternating; and
+        the same 2-rank work as two independent processes."""
+        ones, twos, pairs = [], [], []
         for _ in range(args.repeats):
             ones.append(run(config, 1, ["train.micro_batch_size=8"]))
             twos.append(run(config, 2, ["train.micro_batch_size=4"]))
+            pairs.append(independent_pair(config))
         one = min(ones, key=lambda r: r["step_s"])
         two = min(twos, key=lambda r: r["step_s"])
         show(name, 1, one, [r["step_s"] for r in ones])
         show(two_name or name, 2, two, [r["step_s"] for r in twos])
         print(f"  -> 2-rank / 1-rank throughput: {two['tokens_per_s'] / one['tokens_per_s']:.2f}x", flush=True)
+        print(f"  -> the same work as two independent 1-rank processes, no communication: step {min(pairs):.3f} s "
+              f"(runs {min(pairs):.3f}-{max(pairs):.3f} s), so this machine allows {one['step_s'] / min(pairs):.2f}x",
+              flush=True)
         return one, two
 
     def wanted(name):
