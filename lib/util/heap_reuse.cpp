@@ -8,11 +8,16 @@
 
 namespace ft {
 
-void keep_freed_heap_memory(StepMemory step_memory) {
-#if defined(__GLIBC__)
+bool user_tuned_malloc() {
   for (const char* tuned :
        {"MALLOC_MMAP_THRESHOLD_", "MALLOC_MMAP_MAX_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_TOP_PAD_", "GLIBC_TUNABLES"})
-    if (std::getenv(tuned) != nullptr) return;
+    if (std::getenv(tuned) != nullptr) return true;
+  return false;
+}
+
+void keep_freed_heap_memory(StepMemory step_memory) {
+#if defined(__GLIBC__)
+  if (user_tuned_malloc()) return;
   // 32 MiB: glibc refuses more (HEAP_MAX_SIZE / 2 on 64-bit). Setting it also stops the dynamic
   // threshold, and a trim threshold this large keeps freed tops of the heap for the next step.
   ::mallopt(M_MMAP_THRESHOLD, 32 << 20);

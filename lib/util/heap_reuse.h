@@ -21,4 +21,7 @@ enum class StepMemory { kHost, kDevice };
 // between steps.
 void keep_freed_heap_memory(StepMemory step_memory);
 
+// Whether one of those variables is set: the user's malloc settings win.
+bool user_tuned_malloc();
+
 }  // namespace ft
