@@ -13,6 +13,7 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <filesystem>
 
 #include "config/run_config.h"
@@ -77,7 +78,7 @@ TEST_P(PlanAccuracy, ModelStateWithin5PercentAndPeakWithin15PercentOfMeasured) {
                                         "data.eval=" + test::data_path("datasets/alpaca_eval.jsonl"),
                                         "data.packing=true",
                                         "data.train_on_prompt=true",
-                                        "train.max_steps=3",
+                                        "train.max_steps=4",
                                         "log.every_steps=1",
                                         "log.eval_every_steps=0",
                                         "checkpoint.every_steps=0"};
@@ -88,20 +89,28 @@ TEST_P(PlanAccuracy, ModelStateWithin5PercentAndPeakWithin15PercentOfMeasured) {
   const test::CommandResult run = test::run_command(test::ft_train_command(kRanks, config_path, args), true);
   ASSERT_EQ(run.exit_code, 0) << run.output;
 
-  // Held: the least of steps 2 and 3 (from step 2 on the optimizer state exists). A step may begin
-  // while a communication thread still holds the last collective's staging buffers (Gloo frees
-  // them after wait() returned: on a loaded machine zero2 bf16 once began step 2 with 219 KB more
-  // than the model state); that happens in one step, seldom in two.
-  std::int64_t held = 0, peak = 0;
+  // Held: the median over steps 2 to 4 (from step 2 on the optimizer state exists) of the ranks'
+  // least. A step may begin with more: a communication thread still holding the last
+  // collective's staging buffers (Gloo frees them after wait() returned: on a loaded machine zero2
+  // bf16 once began step 2 with 219 KB more than the model state). Or with less: the data
+  // prefetcher one step behind (under a parallel ctest, LoRA once began a step 64 KB short, one
+  // step's batches). Either happens in one step, seldom in two.
+  std::vector<std::int64_t> held_per_step;
+  std::int64_t peak = 0;
   for (const Json& record : test::read_metrics(dir.path())) {
     if (!record.contains("memory_bytes") || record["step"].get<std::int64_t>() < 2) continue;
     ASSERT_EQ(record["memory_bytes"].size(), static_cast<std::size_t>(kRanks)) << record.dump();
+    std::int64_t least = 0;
     for (int r = 0; r < kRanks; ++r) {
       const std::int64_t at_start = record["memory_bytes"][r].get<std::int64_t>();
       EXPECT_GT(at_start, 0);
-      held = held == 0 ? at_start : std::min(held, at_start);
+      least = r == 0 ? at_start : std::min(least, at_start);
     }
+    held_per_step.push_back(least);
   }
+  ASSERT_EQ(held_per_step.size(), 3u);
+  std::sort(held_per_step.begin(), held_per_step.end());
+  const std::int64_t held = held_per_step[1];
   for (const Json& record : test::read_metrics(dir.path())) {
     if (!record.contains("peak_memory_bytes")) continue;
     for (int r = 0; r < kRanks; ++r) peak = std::max(peak, record["peak_memory_bytes"][r].get<std::int64_t>());
