@@ -91,21 +91,28 @@ struct RmsNormFunction : torch::autograd::Function<RmsNormFunction> {
   }
 };
 
+// SwiGLU's forward on gate and up as they are used (contiguous on the CPU in fp32).
+at::Tensor swiglu_of(const at::Tensor& gate, const at::Tensor& up) {
+  if (cpu_fp32(gate) && cpu_fp32(up) && gate.sizes() == up.sizes() && gate.is_contiguous() && up.is_contiguous()) {
+    at::Tensor y = at::empty_like(gate);
+    const float *gp = gate.data_ptr<float>(), *up_ = up.data_ptr<float>();
+    float* yp = y.data_ptr<float>();
+    at::parallel_for(0, gate.numel(), 1 << 14, [&](std::int64_t begin, std::int64_t end) {
+      cpu::swiglu_forward(gp + begin, up_ + begin, yp + begin, end - begin);
+    });
+    return y;
+  }
+  return at::silu(gate) * up;
+}
+
 struct SwigluFunction : torch::autograd::Function<SwigluFunction> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& gate_in, const at::Tensor& up_in) {
-    at::Tensor gate = gate_in, up = up_in, y;
+    at::Tensor gate = gate_in, up = up_in;
     if (cpu_fp32(gate) && cpu_fp32(up) && gate.sizes() == up.sizes()) {
       gate = gate.contiguous();
       up = up.contiguous();
-      y = at::empty_like(gate);
-      const float *gp = gate.data_ptr<float>(), *up_ = up.data_ptr<float>();
-      float* yp = y.data_ptr<float>();
-      at::parallel_for(0, gate.numel(), 1 << 14, [&](std::int64_t begin, std::int64_t end) {
-        cpu::swiglu_forward(gp + begin, up_ + begin, yp + begin, end - begin);
-      });
-    } else {
-      y = at::silu(gate) * up;
     }
+    at::Tensor y = swiglu_of(gate, up);
     ctx->save_for_backward({gate, up});
     return y;
   }
@@ -194,6 +201,12 @@ at::Tensor fused_rms_norm(const at::Tensor& x, const at::Tensor& weight, double 
 }
 
 at::Tensor fused_swiglu(const at::Tensor& gate, const at::Tensor& up) { return SwigluFunction::apply(gate, up); }
+
+at::Tensor swiglu_values(const at::Tensor& gate, const at::Tensor& up) {
+  const torch::NoGradGuard no_grad;
+  const bool fused = cpu_fp32(gate) && cpu_fp32(up) && gate.sizes() == up.sizes();
+  return swiglu_of(fused ? gate.contiguous() : gate, fused ? up.contiguous() : up);
+}
 
 at::Tensor fused_rotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
   return RotaryFunction::apply(x, cos, sin);

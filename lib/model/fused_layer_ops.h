@@ -19,6 +19,9 @@ at::Tensor fused_rms_norm(const at::Tensor& x, const at::Tensor& weight, double 
 
 // silu(gate) * up (gate and up of the same shape).
 at::Tensor fused_swiglu(const at::Tensor& gate, const at::Tensor& up);
+// The values fused_swiglu returns, bit for bit, without autograd: a LoRA branch on the down
+// projection recomputes its input with it in backward (model/lora_branch.h).
+at::Tensor swiglu_values(const at::Tensor& gate, const at::Tensor& up);
 
 // x [B,T,H,hd] (the projection's output before the heads are transposed; the last dimension
 // contiguous), cos/sin [B or 1,T,hd]: x * cos + rotate_half(x) * sin, broadcast over the heads.

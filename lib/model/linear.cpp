@@ -2,6 +2,7 @@
 
 #include <torch/torch.h>
 
+#include "model/fused_layer_ops.h"
 #include "model/lora_branch.h"
 #include "model/quantized_linear.h"
 #include "util/error.h"
@@ -53,14 +54,21 @@ void LinearImpl::dequantize_weight(c10::ScalarType dtype) {
   weight = register_parameter("weight", dense, /*requires_grad=*/false);
 }
 
+torch::Tensor LinearImpl::base_forward(const torch::Tensor& x) {
+  if (!is_quantized())
+    return bias.defined() ? torch::nn::functional::linear(x, weight, bias) : torch::nn::functional::linear(x, weight);
+  torch::Tensor y = quantized_linear(x, weight_quantized);
+  return bias.defined() ? y + bias.to(y.scalar_type()) : y;
+}
+
+torch::Tensor LinearImpl::forward_swiglu(const torch::Tensor& gate, const torch::Tensor& up) {
+  const torch::Tensor x = fused_swiglu(gate, up);
+  if (!(lora_A && is_training() && lora_dropout_ == 0)) return forward(x);
+  return lora_branch_of_swiglu(x, gate, up, base_forward(x), lora_A->weight, lora_B->weight, lora_scale_);
+}
+
 torch::Tensor LinearImpl::forward(const torch::Tensor& x) {
-  torch::Tensor y;
-  if (!is_quantized()) {
-    y = bias.defined() ? torch::nn::functional::linear(x, weight, bias) : torch::nn::functional::linear(x, weight);
-  } else {
-    y = quantized_linear(x, weight_quantized);
-    if (bias.defined()) y = y + bias.to(y.scalar_type());
-  }
+  const torch::Tensor y = base_forward(x);
   if (!lora_A) return y;  // full fine-tuning and plain inference: one branch-free check
   // PEFT casts the input to the adapter's dtype (fp32), adds the branch to the base output
   // (promoting to fp32) and casts the sum back once.

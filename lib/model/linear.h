@@ -27,6 +27,10 @@ class LinearImpl : public torch::nn::Module {
   // x [..., in] -> [..., out] (+ bias). With LoRA (PEFT's math): base(x) + lora_B(lora_A(dropout(x))) * scale,
   // the branch in fp32 and the sum cast back to x's dtype; dropout only in training mode.
   torch::Tensor forward(const torch::Tensor& x);
+  // forward(fused_swiglu(gate, up)), for the down projection in training: a LoRA branch without
+  // dropout keeps gate and up instead of the product, and remakes it in backward
+  // (model/lora_branch.h's lora_branch_of_swiglu).
+  torch::Tensor forward_swiglu(const torch::Tensor& gate, const torch::Tensor& up);
 
   std::int64_t in_features() const { return in_features_; }
   std::int64_t out_features() const { return out_features_; }
@@ -62,6 +66,8 @@ class LinearImpl : public torch::nn::Module {
   std::shared_ptr<LinearImpl> lora_A, lora_B;
 
  private:
+  torch::Tensor base_forward(const torch::Tensor& x);  // x W^T (+ b), dequantizing a quantized weight
+
   std::int64_t in_features_;
   std::int64_t out_features_;
   double lora_scale_ = 0;

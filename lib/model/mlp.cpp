@@ -2,8 +2,6 @@
 
 #include <torch/torch.h>
 
-#include "model/fused_layer_ops.h"
-
 namespace ft::model {
 
 MlpImpl::MlpImpl(const io::LlamaConfig& c, const torch::TensorOptions& options, Quantization quantize) {
@@ -13,7 +11,8 @@ MlpImpl::MlpImpl(const io::LlamaConfig& c, const torch::TensorOptions& options, 
 }
 
 torch::Tensor MlpImpl::forward(const torch::Tensor& x) {
-  if (is_training()) return down_proj(fused_swiglu(gate_proj(x), up_proj(x)));  // fused_layer_ops.h
+  // The fused SwiGLU; a LoRA branch on down_proj remakes the product in backward (linear.h).
+  if (is_training()) return down_proj->forward_swiglu(gate_proj(x), up_proj(x));
   return down_proj(torch::silu(gate_proj(x)) * up_proj(x));
 }
 

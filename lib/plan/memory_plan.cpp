@@ -131,12 +131,13 @@ struct AttentionShape {
 //   sdpa attention: q, K and V as the kernel took them (repeated only with a mask), its output
 //   (laid out [b, s, heads, hd], so o_proj's input is the same tensor) and an fp32 log-sum-exp
 //   per query and head;
-//   SwiGLU: gate, up and their product (down_proj's input); a LoRA branch: the rank-r hidden and,
-//   without dropout, its input as it came (model/lora_branch.h: in d, one tensor for the branches
-//   that read the same one, nothing more where the layer keeps it anyway: in fp32, and sdpa's
-//   output for o_proj) or, with dropout, the dropped fp32 copy and the mask (dropout_mask_bytes
-//   per element: 1 on CUDA, whose dropout keeps a bool mask; 4 on the CPU, whose dropout keeps
-//   fp32 noise).
+//   SwiGLU: gate, up and, in a full fine-tune, their product (down_proj's input, for its weight
+//   gradient); a LoRA branch: the rank-r hidden and, without dropout, its input as it came
+//   (model/lora_branch.h: in d, one tensor for the branches that read the same one, nothing more
+//   where the layer keeps it anyway: in fp32, and sdpa's output for o_proj; down_proj's branch
+//   keeps none, it remakes the product from gate and up) or, with dropout, the dropped fp32 copy
+//   and the mask (dropout_mask_bytes per element: 1 on CUDA, whose dropout keeps a bool mask; 4 on
+//   the CPU, whose dropout keeps fp32 noise).
 // The scores themselves are transient (see attention_backward_bytes).
 std::int64_t layer_activation_bytes(const Shapes& s, std::int64_t batch, std::int64_t seq, std::int64_t d, bool lora,
                                     const std::vector<LoraInput>& lora_inputs, std::int64_t r, std::int64_t dropout_mask_bytes,
@@ -158,12 +159,14 @@ std::int64_t layer_activation_bytes(const Shapes& s, std::int64_t batch, std::in
     bytes += batch * s.heads * seq * seq * (4 + below_fp32 * d);  // softmax output, probabilities
     bytes += inputs_kept * t * q * d;                      // attention output
   }
-  bytes += (2 + inputs_kept) * t * s.intermediate * d;   // gate, up, their product
+  bytes += (lora ? 2 : 3) * t * s.intermediate * d;  // gate, up and (for down_proj's weight gradient) their product
   std::set<std::string> kept;  // the input tensors the branches keep without dropout
   for (const LoraInput& in : lora_inputs) {
     bytes += t * r * 4;
     if (dropout_mask_bytes > 0) {
       bytes += t * in.width * (4 + dropout_mask_bytes);
+    } else if (in.tensor == "mlp product") {
+      // remade from gate and up in backward (model/lora_branch.h's lora_branch_of_swiglu)
     } else if (!inputs_kept && !(attention.sdpa && in.tensor == "attention output") && kept.insert(in.tensor).second) {
       bytes += t * in.width * d;
     }

@@ -186,6 +186,40 @@ TEST(FusedLayerOps, LoraBranchKeepsItsInputNotAnFp32Copy) {
   std::printf("kept for backward: lora_branch %lld bytes, PEFT's chain %lld\n", (long long)fused, (long long)peft);
 }
 
+// down_proj's branch keeps gate and up (which SwiGLU's backward keeps anyway) instead of their
+// product, and remakes the product in backward: the same bits in every gradient, in fp32 and
+// bf16, and the product's bytes less kept for backward.
+TEST(FusedLayerOps, DownProjectionBranchRemakesItsInputBitForBit) {
+  install_cpu_memory_counter();
+  torch::manual_seed(12);
+  const std::int64_t rows = 32, in = 96, out = 40, r = 4;
+  for (const auto dtype : {torch::kFloat, torch::kBFloat16}) {
+    SCOPED_TRACE(c10::toString(dtype));
+    const auto gate = torch::randn({2, rows / 2, in}).to(dtype), up = torch::randn({2, rows / 2, in}).to(dtype);
+    const auto y = torch::randn({2, rows / 2, out}).to(dtype);
+    const auto a = torch::randn({r, in}) * 0.3, b = torch::randn({out, r}) * 0.3;
+    const auto dy = torch::randn({2, rows / 2, out}).to(dtype);
+    const Op kept_input = [](const std::vector<torch::Tensor>& t) {
+      return lora_branch(fused_swiglu(t[0], t[1]), t[2], t[3], t[4], 2.5);
+    };
+    const Op remade_input = [](const std::vector<torch::Tensor>& t) {
+      return lora_branch_of_swiglu(fused_swiglu(t[0], t[1]), t[0], t[1], t[2], t[3], t[4], 2.5);
+    };
+    const auto expected = run(kept_input, {gate, up, y, a, b}, dy);
+    const auto remade = run(remade_input, {gate, up, y, a, b}, dy);
+    ASSERT_EQ(expected.size(), remade.size());
+    for (std::size_t i = 0; i < expected.size(); ++i) {
+      ASSERT_TRUE(expected[i].defined() && remade[i].defined()) << i;
+      EXPECT_TRUE(torch::equal(expected[i], remade[i])) << (i == 0 ? "output" : "gradient of input " + std::to_string(i - 1));
+    }
+    std::vector<torch::Tensor> leaves;
+    for (const auto& t : {gate, up, y, a, b}) leaves.push_back(t.detach().clone().requires_grad_(true));
+    const std::int64_t product = rows * in * static_cast<std::int64_t>(c10::elementSize(dtype));
+    EXPECT_EQ(kept_for_backward(kept_input, leaves) - kept_for_backward(remade_input, leaves), product);
+    EXPECT_EQ(kept_for_backward(remade_input, leaves), rows * r * 4);  // the rank-r hidden only
+  }
+}
+
 // A whole model with LoRA on every projection: training mode (every fused operation, LoRA's
 // addmm) against evaluation mode (the unfused chains), logits and every gradient.
 TEST(FusedLayerOps, ATrainingModeModelEqualsTheEvaluationModeOne) {

@@ -324,8 +324,7 @@ TEST(MemoryPlan, LongestSequenceIsWhereTheNextTokenNoLongerFits) {
 // train.offload_activations: the checkpointed layers' inputs move to host memory; two stay on the
 // GPU with the copy back prefetched (train.offload_prefetch), one without. Unsloth's setting
 // (Llama-3.1-8B, NF4, LoRA r=32 on all linear layers, one 24 GB card; it publishes 78,475 tokens)
-// then fits more than Unsloth's count, and 80K tokens and more without the prefetch. On the CPU
-// nothing moves.
+// then fits 80K tokens and more, with the prefetch and without. On the CPU nothing moves.
 TEST(MemoryPlan, OffloadedActivationsLeaveTwoLayerInputsOnTheGpuOrOneWithoutPrefetch) {
   const auto model = model_config("meta-llama/Llama-3.1-8B");
   std::vector<std::string> unsloth = {"model.quantize=nf4", "lora.r=32", "lora.alpha=64", "lora.dropout=0",
@@ -356,8 +355,8 @@ TEST(MemoryPlan, OffloadedActivationsLeaveTwoLayerInputsOnTheGpuOrOneWithoutPref
   const std::int64_t before = row(plan_memory(kept, model, o), "lora+ddp").max_seq_len;
   const std::int64_t after = row(plan_memory(offloaded, model, o), "lora+ddp").max_seq_len;
   const std::int64_t unprefetched = row(plan_memory(on_demand, model, o), "lora+ddp").max_seq_len;
-  EXPECT_GT(after, 78475);
-  EXPECT_GE(unprefetched, 80000);
+  EXPECT_GE(after, 80000);
+  EXPECT_GT(unprefetched, after);
   std::printf("Llama-3.1-8B, NF4, LoRA r=32 all linear, one 24 GB GPU: %lld tokens, %lld with the layer inputs "
               "offloaded, %lld offloaded without prefetch\n", (long long)before, (long long)after,
               (long long)unprefetched);
