@@ -12,9 +12,13 @@
 
 namespace ft::app {
 
-int run_main(const char* program, int argc, char** argv, const std::function<int(int, char**)>& body) {
+int run_main(const char* program, int argc, char** argv, const std::function<int(int, char**)>& body,
+             MatrixProducts matrix_products) {
 #ifndef FT_APP_WITHOUT_BLAS
-  restart_with_fast_blas_kernels(argv);  // before any work: the exec starts the program over
+  // Before any work: the exec starts the program over.
+  if (matrix_products == MatrixProducts::kYes) restart_with_fast_blas_kernels(argv);
+#else
+  (void)matrix_products;
 #endif
   try {
     return body(argc, argv);

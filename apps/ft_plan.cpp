@@ -167,4 +167,6 @@ int run(int argc, char** argv) {
 
 }  // namespace
 
-int main(int argc, char** argv) { return ft::app::run_main("ft_plan", argc, argv, run); }
+int main(int argc, char** argv) {
+  return ft::app::run_main("ft_plan", argc, argv, run, ft::app::MatrixProducts::kNo);
+}

@@ -50,4 +50,6 @@ int run(int argc, char** argv) {
 
 }  // namespace
 
-int main(int argc, char** argv) { return ft::app::run_main("ft_prep", argc, argv, run); }
+int main(int argc, char** argv) {
+  return ft::app::run_main("ft_prep", argc, argv, run, ft::app::MatrixProducts::kNo);
+}

@@ -195,6 +195,11 @@ TEST(FtDoctor, ProgramsRunOpenBlasKernelsThisCpuHasNothingBetterThan) {
   // A kernel set the user chose is kept, even a slow one.
   const auto kept = test::run_command("OPENBLAS_CORETYPE=Prescott " + test::bin_path("ft_doctor") + " --blas-core");
   if (!chosen.empty()) EXPECT_EQ(kept.output, "Prescott\n");
+  // Programs that multiply no matrices do not start over (on this VM ft_doctor above does).
+  const auto plan = test::run_command("env -u OPENBLAS_CORETYPE LOCAL_RANK=0 " + test::bin_path("ft_plan") +
+                                      " --model meta-llama/Llama-2-7b-hf 2>&1");
+  ASSERT_EQ(plan.exit_code, 0) << plan.output;
+  EXPECT_EQ(plan.output.find("starting again"), std::string::npos) << plan.output;
 }
 
 }  // namespace
