@@ -13,6 +13,7 @@ and "next step s" the median step right after a save, while the writer threads w
     /usr/bin/python3 bench/bench_checkpoint.py [--build build] [--skip-100m] [--async] [--only SUBSTRING]
 """
 import argparse
+import atexit
 import json
 import os
 import re
@@ -79,6 +80,7 @@ def main():
     parser.add_argument("--only", default="", help="the cases whose name contains this")
     args = parser.parse_args()
     tmp = tempfile.mkdtemp(prefix="bench_checkpoint_")
+    atexit.register(shutil.rmtree, tmp, ignore_errors=True)  # its runs' models and checkpoints: gigabytes
     tiny = "tests/data/stories260K"
     cases = [("tiny lora ddp", tiny, "ddp", True, 256)] + [
         (f"tiny full {s}", tiny, s, False, 256) for s in ("ddp", "zero1", "zero2", "fsdp")]

@@ -10,9 +10,11 @@ a case alternate --repeats times and each keeps its best run (the median step of
 spread of the runs is printed beside it.
 """
 import argparse
+import atexit
 import itertools
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -53,6 +55,7 @@ def main():
     parser.add_argument("--only", default="", help="only the cases whose name contains this")
     args = parser.parse_args()
     tmp = tempfile.mkdtemp(prefix="bench_ddp_")
+    atexit.register(shutil.rmtree, tmp, ignore_errors=True)  # its runs' models and checkpoints: gigabytes
     model50 = os.path.join(tmp, "model50m")
     subprocess.run([os.path.join(args.build, "bin/make_random_model"), "--out", model50], check=True,
                    capture_output=True)

@@ -11,8 +11,10 @@ On a shared machine, --repeat N runs every case N times, interleaved, and keeps 
 fastest run (timing noise from other processes only ever slows a run down).
 """
 import argparse
+import atexit
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -81,6 +83,7 @@ def main():
     args = parser.parse_args()
     cases = [parse_case(c) for c in args.cases.split(",")]
     tmp = tempfile.mkdtemp(prefix="bench_strategies_")
+    atexit.register(shutil.rmtree, tmp, ignore_errors=True)  # its runs' models and checkpoints: gigabytes
     model = os.path.join(tmp, "model50m")
     run([os.path.join(args.build, "bin/make_random_model"), "--out", model])
     config = os.path.join(tmp, "full.json")
