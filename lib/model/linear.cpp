@@ -63,7 +63,7 @@ torch::Tensor LinearImpl::base_forward(const torch::Tensor& x) {
 
 torch::Tensor LinearImpl::forward_swiglu(const torch::Tensor& gate, const torch::Tensor& up) {
   const torch::Tensor x = fused_swiglu(gate, up);
-  if (!(lora_A && is_training() && lora_dropout_ == 0)) return forward(x);
+  if (!fused_lora_branch()) return forward(x);
   return lora_branch_of_swiglu(x, gate, up, base_forward(x), lora_A->weight, lora_B->weight, lora_scale_);
 }
 
@@ -72,7 +72,7 @@ torch::Tensor LinearImpl::forward(const torch::Tensor& x) {
   if (!lora_A) return y;  // full fine-tuning and plain inference: one branch-free check
   // PEFT casts the input to the adapter's dtype (fp32), adds the branch to the base output
   // (promoting to fp32) and casts the sum back once.
-  if (is_training() && lora_dropout_ == 0) return lora_branch(x, y, lora_A->weight, lora_B->weight, lora_scale_);
+  if (fused_lora_branch()) return lora_branch(x, y, lora_A->weight, lora_B->weight, lora_scale_);
   auto h = x.to(lora_A->weight.scalar_type());
   if (lora_dropout_ > 0 && is_training()) h = torch::dropout(h, lora_dropout_, /*train=*/true);
   if (is_training()) {

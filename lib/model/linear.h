@@ -67,6 +67,8 @@ class LinearImpl : public torch::nn::Module {
 
  private:
   torch::Tensor base_forward(const torch::Tensor& x);  // x W^T (+ b), dequantizing a quantized weight
+  // Training with an adapter and no dropout: the branch runs as one autograd function (lora_branch.h).
+  bool fused_lora_branch() const { return lora_A && is_training() && lora_dropout_ == 0; }
 
   std::int64_t in_features_;
   std::int64_t out_features_;
