@@ -1,6 +1,7 @@
 // Gloo communicator: c10d's ProcessGroupGloo behind ft's Communicator, with our own deadline on
 // every wait (Gloo's are not reliable in LibTorch 1.13), reduce_scatter as all-to-all + local sum,
-// all_gather into views of the flat output, and failures reported with the peer monitor's view.
+// all_gather as point-to-point sends and receives straight into the output, and failures reported
+// with the peer monitor's view.
 #include "comm/gloo_communicator.h"
 
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
@@ -15,6 +16,7 @@
 #include <exception>
 #include <functional>
 #include <iomanip>
+#include <limits>
 #include <mutex>
 #include <sstream>
 #include <thread>
@@ -72,25 +74,42 @@ struct Shared : CommunicatorState {
     return work;
   }
 
-  // Waits for `work` at most timeout_s; on failure or timeout throws the named error.
-  void wait(const c10::intrusive_ptr<c10d::Work>& work, const OpInfo& op, Clock::time_point issued_at) {
+  // Waits for the works of one operation, each at most timeout_s; on failure or timeout throws
+  // the named error. The operation counts as one completed collective.
+  void wait(const std::vector<c10::intrusive_ptr<c10d::Work>>& works, const OpInfo& op, Clock::time_point issued_at) {
     check_usable(op);
     const auto wait_start = Clock::now();
-    std::string error;
-    bool timed_out = false;
-    try {
-      work->wait(to_milliseconds(timeout_s));
-    } catch (const std::exception& e) {
-      if (!work->isCompleted()) {
-        timed_out = true;
-      } else if (work->exception()) {
-        error = short_message(e);
-      }  // else it completed just as the wait gave up: fine
+    const auto deadline = wait_start + to_milliseconds(timeout_s);
+    for (const auto& work : works) {
+      std::string error;
+      bool timed_out = false;
+      try {
+        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+        work->wait(std::max(left, std::chrono::milliseconds(1)));
+      } catch (const std::exception& e) {
+        // A collective that gives up is not completed; a send or receive is, with Gloo's timeout
+        // as its exception: ours is the deadline that passed.
+        if (!work->isCompleted() || Clock::now() >= deadline) {
+          timed_out = true;
+        } else if (work->exception()) {
+          error = short_message(e);
+        }  // else it completed just as the wait gave up: fine
+      }
+      if (timed_out) fail(op, true, seconds_since(wait_start), "");
+      if (!error.empty()) fail(op, false, seconds_since(issued_at), error);
     }
-    if (timed_out) fail(op, true, seconds_since(wait_start), "");
-    if (!error.empty()) fail(op, false, seconds_since(issued_at), error);
     monitor->completed_one();
   }
+
+  // Tags of the point-to-point transfers of all_gather: the same sequence on every rank, as the
+  // operations are issued in the same order. Gloo keeps them apart from its collectives' slots,
+  // which carry a prefix in their high bits.
+  std::int32_t next_transfer_tag() {
+    const std::int32_t tag = transfer_tag;
+    transfer_tag = transfer_tag == std::numeric_limits<std::int32_t>::max() ? 0 : transfer_tag + 1;
+    return tag;
+  }
+  std::int32_t transfer_tag = 0;
 
   void shutdown() {
     bool failed = false;
@@ -132,19 +151,24 @@ class GlooWork : public Work {
  public:
   GlooWork(std::shared_ptr<Shared> shared, c10::intrusive_ptr<c10d::Work> work, OpInfo op,
            std::function<void()> finish)
-      : shared_(std::move(shared)), work_(std::move(work)), op_(std::move(op)), finish_(std::move(finish)),
+      : GlooWork(std::move(shared), std::vector<c10::intrusive_ptr<c10d::Work>>{std::move(work)}, std::move(op),
+                 std::move(finish)) {}
+  // One operation made of several transfers (all_gather's sends and receives).
+  GlooWork(std::shared_ptr<Shared> shared, std::vector<c10::intrusive_ptr<c10d::Work>> works, OpInfo op,
+           std::function<void()> finish)
+      : shared_(std::move(shared)), works_(std::move(works)), op_(std::move(op)), finish_(std::move(finish)),
         issued_at_(Clock::now()) {}
 
   void wait() override {
     if (done_) return;
-    shared_->wait(work_, op_, issued_at_);
+    shared_->wait(works_, op_, issued_at_);
     if (finish_) finish_();
     done_ = true;
   }
 
  private:
   std::shared_ptr<Shared> shared_;
-  c10::intrusive_ptr<c10d::Work> work_;
+  std::vector<c10::intrusive_ptr<c10d::Work>> works_;
   OpInfo op_;
   std::function<void()> finish_;
   Clock::time_point issued_at_;
@@ -250,16 +274,41 @@ class GlooCommunicator : public Communicator {
              " elements, expected world_size (", world, ") x input's ", input.numel(), " = ", world * input.numel());
     shared_->check_usable(info);
     if (input.numel() == 0) return completed_work();
-    at::Tensor flat_out = as_movable(output.view({-1}));
-    at::Tensor flat_in = as_movable(input.reshape({-1}));
+    // Not Gloo's allgather: that one gathers into a buffer of its own and then copies it into the
+    // output, one extra pass over the whole output (ZeRO-2 gathers all parameters every step,
+    // FSDP every layer twice). Here each rank sends its chunk to every other rank, and each chunk
+    // is received straight into its place in the output: each rank still sends and receives
+    // (W-1)/W of the buffer, as in Gloo's ring.
+    at::Tensor flat_out = output.view({-1});
+    at::Tensor flat_in = input.reshape({-1});
     const std::int64_t n = flat_in.numel();
-    std::vector<std::vector<at::Tensor>> outputs(1);
-    for (int r = 0; r < world; ++r) outputs[0].push_back(flat_out.narrow(0, r * n, n));
-    std::vector<at::Tensor> inputs{flat_in};
-    c10d::AllgatherOptions options;
-    options.timeout = gloo_timeout();
-    auto work = shared_->issue(info, [&] { return shared_->pg->allgather(outputs, inputs, options); });
-    return std::make_shared<GlooWork>(shared_, work, info, nullptr);
+    const int rank = shared_->rank;
+    at::Tensor own = flat_out.narrow(0, rank * n, n);
+    if (own.data_ptr() != flat_in.data_ptr()) own.copy_(flat_in);
+    // Each chunk is followed by an empty message. Gloo 1.13's TCP pair does not fail a receive
+    // whose bytes are arriving when the peer's connection closes (it fails only those not yet
+    // started), so a peer dying in the middle of its chunk would leave this rank waiting out the
+    // whole timeout; the empty message behind it is not started yet and fails at once. The wait
+    // begins with those.
+    const std::int32_t tag = shared_->next_transfer_tag();
+    const std::int32_t end_tag = shared_->next_transfer_tag();
+    const at::Tensor end_mark = at::empty({0}, flat_out.options().dtype(at::kByte));
+    std::vector<c10::intrusive_ptr<c10d::Work>> ends, chunks, sends;
+    for (int step = 1; step < world; ++step) {
+      // Send to the rank `step` places on and receive from the one `step` places back: each rank
+      // talks to a different peer at each step, as in a ring.
+      const int to = (rank + step) % world, from = (rank - step + world) % world;
+      std::vector<at::Tensor> received{flat_out.narrow(0, from * n, n)}, received_end{end_mark};
+      chunks.push_back(shared_->issue(info, [&] { return shared_->pg->recv(received, from, tag); }));
+      ends.push_back(shared_->issue(info, [&] { return shared_->pg->recv(received_end, from, end_tag); }));
+      std::vector<at::Tensor> sent{own}, sent_end{end_mark};
+      sends.push_back(shared_->issue(info, [&] { return shared_->pg->send(sent, to, tag); }));
+      sends.push_back(shared_->issue(info, [&] { return shared_->pg->send(sent_end, to, end_tag); }));
+    }
+    std::vector<c10::intrusive_ptr<c10d::Work>> works = std::move(ends);
+    works.insert(works.end(), chunks.begin(), chunks.end());
+    works.insert(works.end(), sends.begin(), sends.end());
+    return std::make_shared<GlooWork>(shared_, std::move(works), info, nullptr);
   }
 
   std::shared_ptr<Work> broadcast(at::Tensor& tensor, int root) override {

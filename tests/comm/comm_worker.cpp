@@ -35,16 +35,18 @@ struct Args {
   std::string scenario;
   double timeout_s = 10;
   int victim = 1;
+  std::string op = "all_reduce";  // the collective a fault interrupts: all_reduce or all_gather
 };
 
 Args parse(int argc, char** argv) {
   Args a;
-  if (argc < 2) throw ft::app::UsageError{"usage: comm_worker SCENARIO [--timeout S] [--victim R] [--marker TEXT]"};
+  if (argc < 2) throw ft::app::UsageError{"usage: comm_worker SCENARIO [--timeout S] [--victim R] [--op all_reduce|all_gather] [--marker TEXT]"};
   a.scenario = argv[1];
   for (int i = 2; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
     if (flag == "--timeout") a.timeout_s = std::atof(argv[i + 1]);
     else if (flag == "--victim") a.victim = std::atoi(argv[i + 1]);
+    else if (flag == "--op") a.op = argv[i + 1];
     else if (flag != "--marker") throw ft::app::UsageError{"unknown option " + flag};
   }
   return a;
@@ -239,10 +241,17 @@ void check_bytes(Communicator& comm) {
   comm.barrier();
   after = tcp_sent();
   const double ar = (after.payload() - before.payload()) / buffer;
+  before = tcp_sent();
+  comm.all_gather(input, out)->wait();
+  comm.barrier();
+  after = tcp_sent();
+  const double ag = (after.payload() - before.payload()) / buffer;
   const double expected = (W - 1.0) / W;
   say(comm.rank(), ft::str("reduce_scatter sent ", rs, " of the buffer (expected ", expected, ", resent ", resent,
-                           " more), all_reduce ", ar));
+                           " more), all_reduce ", ar, ", all_gather ", ag));
   FT_CHECK(rs > expected * 0.95 && rs < expected * 1.1, "reduce_scatter sent ", rs, " x the buffer, expected about ",
+           expected);
+  FT_CHECK(ag > expected * 0.95 && ag < expected * 1.1, "all_gather sent ", ag, " x the output, expected about ",
            expected);
 }
 
@@ -259,6 +268,12 @@ void fault(Communicator& comm, const Args& a, int signo, bool idle = false) {
     comm.all_reduce(t, ReduceOp::kSum)->wait();
   }
   auto big = torch::ones({1 << 22});
+  auto gathered = torch::zeros({comm.world_size() << 22});
+  auto collective = [&] {
+    if (a.op == "all_gather") return comm.all_gather(gathered, big);
+    FT_CHECK(a.op == "all_reduce", "unknown --op ", a.op);
+    return comm.all_reduce(big, ReduceOp::kSum);
+  };
   say(r, "warm");
   if (r == a.victim && idle) {
     std::raise(signo);  // between collectives: the others find out at their next one
@@ -267,7 +282,7 @@ void fault(Communicator& comm, const Args& a, int signo, bool idle = false) {
   }
   if (idle) std::this_thread::sleep_for(std::chrono::milliseconds(1500));
   if (r == a.victim) {
-    auto work = comm.all_reduce(big, ReduceOp::kSum);
+    auto work = collective();
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
     std::raise(signo);
     std::this_thread::sleep_for(std::chrono::seconds(60));
@@ -275,7 +290,7 @@ void fault(Communicator& comm, const Args& a, int signo, bool idle = false) {
   }
   const auto t0 = Clock::now();
   try {
-    for (int k = 0; k < 10; ++k) comm.all_reduce(big, ReduceOp::kSum)->wait();
+    for (int k = 0; k < 10; ++k) collective()->wait();
   } catch (const ft::Error&) {
     say(r, ft::str("detected after ", since(t0), " s"));
     throw;

@@ -75,8 +75,8 @@ class Collectives : public ::testing::TestWithParam<int> {};
 
 // all_reduce (sum/avg/max), reduce_scatter, all_gather, broadcast on odd sizes and several
 // dtypes against closed forms, several handles in flight, barrier; then the bytes actually sent,
-// from the kernel's TCP counters: a reduce-scatter sends (W-1)/W of the buffer (an all-reduce
-// twice that), and the worker fails outside 0.95..1.1 of it.
+// from the kernel's TCP counters: a reduce-scatter and an all-gather send (W-1)/W of the buffer
+// (an all-reduce twice that), and the worker fails outside 0.95..1.1 of it.
 TEST_P(Collectives, ClosedFormsOverlapBarrierAndBytesSent) {
   const int nproc = GetParam();
   const Launched r = run(launch(nproc, "collectives --timeout 30"));
@@ -142,6 +142,37 @@ TEST(Faults, StoppedRankTimesOut) {
                                                      "\\(pid [0-9]+ on this machine\\) is stopped \\(SIGSTOP")))
       << r.output;
   EXPECT_TRUE(contains(r.output, "parallel.timeout_s = 2 s bounds every collective")) << r.output;
+  const auto times = detection_times(r.output);
+  ASSERT_EQ(times.size(), 1u) << r.output;
+  EXPECT_GE(times[0], 2.0);
+  EXPECT_LT(times[0], 4.0);
+  EXPECT_EQ(left_behind(marker), "");
+}
+
+// all_gather is point-to-point transfers, not one Gloo collective: a peer that dies or stops
+// in the middle of one must fail it just as it fails an all_reduce.
+TEST(Faults, KilledRankFailsAnAllGather) {
+  const std::string marker = new_marker();
+  const Launched r = run(launch(2, "kill --op all_gather --victim 1 --timeout 5 --marker " + marker));
+  EXPECT_EQ(r.code, 128 + 9) << r.output;
+  EXPECT_TRUE(std::regex_search(r.output, std::regex("\\[rank 0\\] comm_worker: error: all_gather #[45] of 16777216 bytes "
+                                                     "\\(float32\\) failed after [0-9.]+ s on rank 0 of 2: rank 1 "
+                                                     "\\(pid [0-9]+ on this machine\\) has exited")))
+      << r.output;
+  const auto times = detection_times(r.output);
+  ASSERT_EQ(times.size(), 1u) << r.output;
+  EXPECT_LT(times[0], 5.0);
+  EXPECT_EQ(left_behind(marker), "");
+}
+
+TEST(Faults, StoppedRankTimesOutAnAllGather) {
+  const std::string marker = new_marker();
+  const Launched r = run(launch(2, "stop --op all_gather --victim 1 --timeout 2 --marker " + marker));
+  EXPECT_EQ(r.code, 1) << r.output;
+  EXPECT_TRUE(std::regex_search(r.output, std::regex("\\[rank 0\\] comm_worker: error: all_gather #[45] of 16777216 bytes "
+                                                     "\\(float32\\) timed out after 2\\.[0-9]+ s on rank 0 of 2: rank 1 "
+                                                     "\\(pid [0-9]+ on this machine\\) is stopped \\(SIGSTOP")))
+      << r.output;
   const auto times = detection_times(r.output);
   ASSERT_EQ(times.size(), 1u) << r.output;
   EXPECT_GE(times[0], 2.0);
