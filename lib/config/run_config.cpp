@@ -164,6 +164,8 @@ std::vector<KeyDecl> make_declarations() {
       ranged(key("parallel.fsdp_prefetch", p, &ParallelConfig::fsdp_prefetch, kInt, Json(1),
                  "fsdp: layers gathered ahead of their use (0 = at use)"),
              0, 64),
+      key("parallel.fsdp_reshard_after_forward", p, &ParallelConfig::fsdp_reshard_after_forward, kBool, Json(true),
+          "fsdp: free each layer after its forward (false: keep it whole until its backward)"),
       ranged(key("parallel.timeout_s", p, &ParallelConfig::timeout_s, kNum, Json(300),
                  "seconds before a collective or rendezvous fails"),
              0, std::nullopt, true),

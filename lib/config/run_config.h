@@ -58,6 +58,7 @@ struct ParallelConfig {
   bool offload_optimizer = false;
   bool overlap_grad_reduce = true;  // false: all buckets after backward (for measuring the overlap)
   std::int64_t fsdp_prefetch = 1;   // FSDP: layer units whose gathers are issued ahead of their use
+  bool fsdp_reshard_after_forward = true;  // FSDP: free each layer after its forward (false: keep it to its backward)
   double timeout_s = 300;
 };
 

@@ -199,7 +199,9 @@ model::LayerRunner FsdpStrategy::layer_runner(bool activation_checkpointing, mod
         gather(units_[u]);
         prefetch_after(u, /*backward=*/true);
       });
-      // The last layer's backward comes next: with prefetch on, it stays whole until then.
+      // Without resharding every layer stays whole until its backward; with prefetch on, the last
+      // layer does, as its backward comes next.
+      if (!options_.fsdp_reshard_after_forward) return y;
       if (options_.fsdp_prefetch > 0 && static_cast<std::size_t>(u) + 1 == units_.size()) return y;
     }
     release(units_[u]);

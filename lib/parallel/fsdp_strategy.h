@@ -20,6 +20,12 @@
 // the last layer stays whole from its forward to its backward, and backward prefetches the layers
 // below. Nothing is prefetched past layer 0 in backward (the optimizer step changes the shards).
 // With k = 0 every gather waits at the point of use. At most 2 + k layers are whole at a time.
+//
+// parallel.fsdp_reshard_after_forward = false (PyTorch FSDP2's reshard_after_forward=False, FSDP's
+// SHARD_GRAD_OP): a layer gathered for its forward stays whole until its gradients are handed to
+// the reduce-scatter, so backward gathers nothing: a gather per layer and micro-batch instead of
+// two, for every layer whole at the end of forward (ZeRO-2's parameter memory during the step,
+// sharded between steps).
 #pragma once
 
 #include <memory>

@@ -26,6 +26,7 @@ StrategyOptions strategy_options(const config::RunConfig& c, int local_ranks) {
   o.offload_optimizer = c.parallel.offload_optimizer;
   o.overlap_grad_reduce = c.parallel.overlap_grad_reduce;
   o.fsdp_prefetch = static_cast<std::size_t>(c.parallel.fsdp_prefetch);
+  o.fsdp_reshard_after_forward = c.parallel.fsdp_reshard_after_forward;
   o.host_threads = threads_per_rank(c.train.threads, local_ranks);
   return o;
 }

@@ -36,6 +36,7 @@ struct StrategyOptions {
   bool offload_optimizer = false;
   bool overlap_grad_reduce = true;
   std::size_t fsdp_prefetch = 1;  // FSDP: layer units gathered ahead of their use
+  bool fsdp_reshard_after_forward = true;  // FSDP: false keeps each layer whole from its forward to its backward
   // LibTorch threads for an optimizer step that runs on the CPU (offloaded, or a CPU run): the
   // fused AdamW splits across them; 0 leaves LibTorch's setting (the trainer keeps it at 1).
   int host_threads = 0;

@@ -248,8 +248,11 @@ MemoryBreakdown memory_for(const config::RunConfig& run, const io::LlamaConfig& 
   const bool sharded_params = traits.shards_parameters;
   const std::int64_t bucket = static_cast<std::int64_t>(run.parallel.bucket_mb * (1 << 20));
   const std::int64_t buckets_in_flight = traits.grad_buckets_in_flight;
-  // FSDP: the layer in use, the one above it until its gradients are handed off, and the prefetched ones.
-  const std::int64_t layers_whole = 2 + run.parallel.fsdp_prefetch;
+  // FSDP: the layer in use, the one above it until its gradients are handed off, and the prefetched
+  // ones; without resharding after forward, every layer at the end of forward.
+  const std::int64_t layers_whole = run.parallel.fsdp_reshard_after_forward
+                                        ? std::min<std::int64_t>(2 + run.parallel.fsdp_prefetch, s.layers)
+                                        : s.layers;
   MemoryBreakdown m;
   std::vector<LoraInput> lora_inputs;
   std::int64_t r = 0;

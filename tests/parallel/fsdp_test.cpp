@@ -39,7 +39,8 @@ struct TrainRun {
 
 // 4 steps of 2 micro-batches of random tokens, every parameter trained.
 TrainRun train_fsdp(const std::string& strategy, bool checkpointing, bool offload = false, bool tied = false,
-          bool decay_norms = false, const std::function<void(FsdpStrategy&)>& probe = {}, std::size_t prefetch = 1) {
+          bool decay_norms = false, const std::function<void(FsdpStrategy&)>& probe = {}, std::size_t prefetch = 1,
+          bool reshard_after_forward = true) {
   model::LlamaForCausalLM m(small_config(tied), torch::TensorOptions().dtype(torch::kFloat));
   model::init_weights(m, 3);
   NamedParameters params;
@@ -55,6 +56,7 @@ TrainRun train_fsdp(const std::string& strategy, bool checkpointing, bool offloa
   options.decay_norms = decay_norms;
   options.offload_optimizer = offload;
   options.fsdp_prefetch = prefetch;
+  options.fsdp_reshard_after_forward = reshard_after_forward;
   std::unique_ptr<ParallelStrategy> s;
   if (strategy == "ddp") s = std::make_unique<DdpStrategy>(*comm, options);
   if (strategy == "fsdp") s = std::make_unique<FsdpStrategy>(*comm, options);
@@ -107,6 +109,12 @@ TEST(FsdpStrategy, OneRankEqualsDdpWithAndWithoutCheckpointingAndOffload) {
       SCOPED_TRACE(std::string(checkpointing ? "checkpointing" : "plain") + ", prefetch " + std::to_string(prefetch));
       expect_same(train_fsdp("fsdp", checkpointing, false, false, false, {}, prefetch), ddp);
     }
+    for (std::size_t prefetch : {0, 1}) {
+      SCOPED_TRACE(std::string(checkpointing ? "checkpointing" : "plain") + ", no resharding after forward, prefetch " +
+                   std::to_string(prefetch));
+      expect_same(train_fsdp("fsdp", checkpointing, false, false, false, {}, prefetch, /*reshard_after_forward=*/false),
+                  ddp);
+    }
   }
   SCOPED_TRACE("tied embeddings");
   expect_same(train_fsdp("fsdp", false, false, /*tied=*/true), train_fsdp("ddp", false, false, true));
@@ -140,6 +148,30 @@ TEST(FsdpStrategy, LayersAreWholeOnlyAroundTheirUseAndPrefetched) {
   }
 }
 
+TEST(FsdpStrategy, WithoutReshardingAfterForwardEveryLayerStaysWholeUntilItsBackward) {
+  // After each forward the root unit and all 3 layers are whole; backward gathers nothing, and
+  // after finish_gradients only the root unit is left. Each forward gathers the layers once: at
+  // their use without prefetch, only layer 0 at its use with it.
+  for (bool checkpointing : {false, true}) {
+    for (std::size_t prefetch : {0, 1}) {
+      SCOPED_TRACE(std::string(checkpointing ? "checkpointing" : "plain") + ", prefetch " + std::to_string(prefetch));
+      std::vector<std::size_t> whole, at_use;
+      train_fsdp("fsdp", checkpointing, false, false, false,
+                 [&](FsdpStrategy& s) {
+                   whole.push_back(s.gathered_units());
+                   at_use.push_back(s.take_gathers_at_use());
+                 },
+                 prefetch, /*reshard_after_forward=*/false);
+      ASSERT_EQ(whole.size(), 4u * 3);
+      for (std::size_t i = 0; i < whole.size(); ++i) {
+        SCOPED_TRACE(i);
+        EXPECT_EQ(whole[i], i % 3 != 2 ? 4u : 1u);
+        EXPECT_EQ(at_use[i], i % 3 == 2 ? 0u : prefetch > 0 ? 1u : 3u);
+      }
+    }
+  }
+}
+
 TEST(FsdpStrategy, MemoryReportCountsShardsAndTheGatheredUnits) {
   const TrainRun fsdp = train_fsdp("fsdp", false);
   std::int64_t psi = 0, root = 0, largest_layer = 0;
@@ -164,6 +196,9 @@ TEST(FsdpStrategy, MemoryReportCountsShardsAndTheGatheredUnits) {
   const TrainRun at_use = train_fsdp("fsdp", false, false, false, false, {}, /*prefetch=*/0);
   EXPECT_GE(at_use.memory.gathered, (root + largest_layer) * 4);
   EXPECT_LE(at_use.memory.gathered, (root + 2 * largest_layer) * 4);
+  // Without resharding after forward: every layer at the end of forward.
+  const TrainRun kept = train_fsdp("fsdp", false, false, false, false, {}, 1, /*reshard_after_forward=*/false);
+  EXPECT_EQ(kept.memory.gathered, psi * 4);
 }
 
 TEST(FsdpStrategy, WeightDecayOnNormsOnlyWhenAsked) {

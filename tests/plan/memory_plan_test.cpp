@@ -94,6 +94,12 @@ TEST(MemoryPlan, FsdpPrefetchAddsOneLayerEach) {
     }
     previous = m.gathered;
   }
+  // Without resharding after forward every one of the 32 layers is whole at the end of forward.
+  const auto kept = shipped("llama13b_fsdp.json", "meta-llama/Llama-2-7b-hf",
+                            {"parallel.fsdp_reshard_after_forward=false"});
+  PlanOptions o;
+  o.gpus = 8;
+  EXPECT_EQ(row(plan_memory(kept, model, o), "fsdp").at_micro_batch.gathered, 2 * root + 32 * 2 * layer);
 }
 
 TEST(MemoryPlan, OffloadMovesTheOptimizerToTheHost) {

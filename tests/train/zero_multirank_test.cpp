@@ -109,7 +109,11 @@ void expect_comm_bytes(const RunResult& run, const RunResult& ddp, double factor
 // FSDP gathers each layer twice per micro-batch (forward, backward; with prefetch the last layer
 // once, as it stays whole from its forward to its backward), reduce-scatters Ψ per micro-batch
 // and gathers the root unit (embeddings, norm, head) once after the step.
-void expect_fsdp_comm_bytes(const RunResult& fsdp, const RunResult& ddp, int accumulation, bool prefetch) {
+// FSDP's bytes per step: per micro-batch its layers gathered (twice, but for the last one under
+// prefetch; once without resharding after forward) and the gradients reduce-scattered, and the
+// root unit gathered after the optimizer step.
+void expect_fsdp_comm_bytes(const RunResult& fsdp, const RunResult& ddp, int accumulation, bool prefetch,
+                            bool reshard_after_forward = true) {
   double layers = 0, root = 0;
   std::map<int, double> per_layer;
   for (const auto& [name, t] : fsdp.weights) {
@@ -123,7 +127,7 @@ void expect_fsdp_comm_bytes(const RunResult& fsdp, const RunResult& ddp, int acc
   }
   ASSERT_FALSE(per_layer.empty());
   const double psi = layers + root;
-  const double gathered = 2 * layers - (prefetch ? per_layer.rbegin()->second : 0);
+  const double gathered = reshard_after_forward ? 2 * layers - (prefetch ? per_layer.rbegin()->second : 0) : layers;
   expect_comm_bytes(fsdp, ddp, (accumulation * gathered + accumulation * psi + root) / psi);
 }
 
@@ -146,6 +150,14 @@ void equivalence(int ranks, bool lora, const std::string& batch) {
         const RunResult at_use = train(ranks, lora, batch + " --set parallel.strategy=fsdp --set parallel.fsdp_prefetch=0");
         expect_same_run(at_use, fsdp, 0);
         expect_fsdp_comm_bytes(at_use, ddp, 2, /*prefetch=*/false);
+      }
+      {
+        // Kept whole from forward to backward, each layer travels once per micro-batch.
+        SCOPED_TRACE("fsdp, no resharding after forward: bitwise");
+        const RunResult kept = train(ranks, lora, batch + " --set parallel.strategy=fsdp"
+                                                          " --set parallel.fsdp_reshard_after_forward=false");
+        expect_same_run(kept, fsdp, 0);
+        expect_fsdp_comm_bytes(kept, ddp, 2, /*prefetch=*/true, /*reshard_after_forward=*/false);
       }
       {
         SCOPED_TRACE("fsdp, every layer prefetched, activation checkpointing: bitwise");

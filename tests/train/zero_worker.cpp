@@ -77,13 +77,16 @@ int run(int argc, char** argv) {
       max_bucket_bytes = std::max<std::int64_t>(max_bucket_bytes, zero->layout().region_numel(b) * c10::elementSize(wire));
   }
   // FSDP: the root unit plus the 2 + fsdp_prefetch largest layers, in the compute dtype (the bound
-  // on what is whole: the layer in use, the one above it, the prefetched ones).
+  // on what is whole: the layer in use, the one above it, the prefetched ones); every layer
+  // without resharding after forward.
   std::int64_t max_gathered_bytes = 0;
   if (auto* fsdp = dynamic_cast<ft::parallel::FsdpStrategy*>(strategy.get())) {
     std::vector<std::int64_t> regions;
     for (const auto& b : fsdp->layout().buckets()) regions.push_back(fsdp->layout().region_numel(b));
     std::sort(regions.begin() + 1, regions.end(), std::greater<>());
-    const std::size_t whole = 3 + static_cast<std::size_t>(c.parallel.fsdp_prefetch);
+    const std::size_t whole = c.parallel.fsdp_reshard_after_forward
+                                  ? 3 + static_cast<std::size_t>(c.parallel.fsdp_prefetch)
+                                  : regions.size();
     for (std::size_t i = 0; i < std::min(whole, regions.size()); ++i) max_gathered_bytes += regions[i];
     max_gathered_bytes *= c10::elementSize(ft::train::compute_dtype(c));
   }
