@@ -74,8 +74,8 @@ struct Shared : CommunicatorState {
     return work;
   }
 
-  // Waits for the works of one operation, each at most timeout_s; on failure or timeout throws
-  // the named error. The operation counts as one completed collective.
+  // Waits for the works of one operation, all of them within timeout_s; on failure or timeout
+  // throws the named error. The operation counts as one completed collective.
   void wait(const std::vector<c10::intrusive_ptr<c10d::Work>>& works, const OpInfo& op, Clock::time_point issued_at) {
     check_usable(op);
     const auto wait_start = Clock::now();
