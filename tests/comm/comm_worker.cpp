@@ -14,9 +14,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <iostream>
 #include <string>
 #include <thread>
+#include <utility>
 
 #include "app_main.h"
 #include "comm/make_communicator.h"
@@ -49,6 +51,7 @@ Args parse(int argc, char** argv) {
     else if (flag == "--op") a.op = argv[i + 1];
     else if (flag != "--marker") throw ft::app::UsageError{"unknown option " + flag};
   }
+  if (a.op != "all_reduce" && a.op != "all_gather") throw ft::app::UsageError{"--op: all_reduce or all_gather, got " + a.op};
   return a;
 }
 
@@ -229,23 +232,19 @@ void check_bytes(Communicator& comm) {
   const double buffer = n * 4.0;
   auto input = torch::ones({n});
   auto out = torch::zeros({n / W});
-  comm.barrier();
-  TcpSent before = tcp_sent();
-  comm.reduce_scatter(out, input, ReduceOp::kSum)->wait();
-  comm.barrier();
-  TcpSent after = tcp_sent();
-  const double rs = (after.payload() - before.payload()) / buffer;
-  const double resent = (after.retransmitted - before.retransmitted) / buffer;
-  before = tcp_sent();
-  comm.all_reduce(input, ReduceOp::kSum)->wait();
-  comm.barrier();
-  after = tcp_sent();
-  const double ar = (after.payload() - before.payload()) / buffer;
-  before = tcp_sent();
-  comm.all_gather(input, out)->wait();
-  comm.barrier();
-  after = tcp_sent();
-  const double ag = (after.payload() - before.payload()) / buffer;
+  // What this rank sent for one collective, in buffers: payload and resends.
+  auto sent_by = [&](const std::function<void()>& collective) {
+    comm.barrier();
+    const TcpSent before = tcp_sent();
+    collective();
+    comm.barrier();
+    const TcpSent after = tcp_sent();
+    return std::pair<double, double>{(after.payload() - before.payload()) / buffer,
+                                     (after.retransmitted - before.retransmitted) / buffer};
+  };
+  const auto [rs, resent] = sent_by([&] { comm.reduce_scatter(out, input, ReduceOp::kSum)->wait(); });
+  const double ar = sent_by([&] { comm.all_reduce(input, ReduceOp::kSum)->wait(); }).first;
+  const double ag = sent_by([&] { comm.all_gather(input, out)->wait(); }).first;
   const double expected = (W - 1.0) / W;
   say(comm.rank(), ft::str("reduce_scatter sent ", rs, " of the buffer (expected ", expected, ", resent ", resent,
                            " more), all_reduce ", ar, ", all_gather ", ag));
@@ -268,12 +267,9 @@ void fault(Communicator& comm, const Args& a, int signo, bool idle = false) {
     comm.all_reduce(t, ReduceOp::kSum)->wait();
   }
   auto big = torch::ones({1 << 22});
-  auto gathered = torch::zeros({comm.world_size() << 22});
-  auto collective = [&] {
-    if (a.op == "all_gather") return comm.all_gather(gathered, big);
-    FT_CHECK(a.op == "all_reduce", "unknown --op ", a.op);
-    return comm.all_reduce(big, ReduceOp::kSum);
-  };
+  const bool gather = a.op == "all_gather";
+  auto gathered = gather ? torch::zeros({comm.world_size() << 22}) : torch::Tensor();
+  auto collective = [&] { return gather ? comm.all_gather(gathered, big) : comm.all_reduce(big, ReduceOp::kSum); };
   say(r, "warm");
   if (r == a.victim && idle) {
     std::raise(signo);  // between collectives: the others find out at their next one

@@ -65,6 +65,15 @@ std::vector<double> detection_times(const std::string& output) {
   return out;
 }
 
+// Exactly one rank (the survivor of two) reports detecting the failure, after at_least and before
+// `below` seconds.
+void expect_one_detection(const Launched& r, double at_least, double below) {
+  const auto times = detection_times(r.output);
+  ASSERT_EQ(times.size(), 1u) << r.output;
+  EXPECT_GE(times[0], at_least);
+  EXPECT_LT(times[0], below);
+}
+
 void expect_all_ranks(const std::string& output, int nproc, const std::string& what) {
   for (int r = 0; r < nproc; ++r) {
     EXPECT_TRUE(contains(output, str("[rank ", r, "] rank ", r, ": ", what))) << "rank " << r << " " << what << "\n" << output;
@@ -100,9 +109,7 @@ TEST(Faults, KilledRankFailsTheOthersWithinTheTimeout) {
       << r.output;
   EXPECT_TRUE(std::regex_search(r.output, std::regex("on rank 0 of 2: rank 1 \\(pid [0-9]+ on this machine\\) has exited")))
       << r.output;
-  const auto times = detection_times(r.output);
-  ASSERT_EQ(times.size(), 1u) << r.output;
-  EXPECT_LT(times[0], 5.0);
+  expect_one_detection(r, 0.0, 5.0);
   EXPECT_EQ(left_behind(marker), "");
 }
 
@@ -142,10 +149,7 @@ TEST(Faults, StoppedRankTimesOut) {
                                                      "\\(pid [0-9]+ on this machine\\) is stopped \\(SIGSTOP")))
       << r.output;
   EXPECT_TRUE(contains(r.output, "parallel.timeout_s = 2 s bounds every collective")) << r.output;
-  const auto times = detection_times(r.output);
-  ASSERT_EQ(times.size(), 1u) << r.output;
-  EXPECT_GE(times[0], 2.0);
-  EXPECT_LT(times[0], 4.0);
+  expect_one_detection(r, 2.0, 4.0);
   EXPECT_EQ(left_behind(marker), "");
 }
 
@@ -159,9 +163,7 @@ TEST(Faults, KilledRankFailsAnAllGather) {
                                                      "\\(float32\\) failed after [0-9.]+ s on rank 0 of 2: rank 1 "
                                                      "\\(pid [0-9]+ on this machine\\) has exited")))
       << r.output;
-  const auto times = detection_times(r.output);
-  ASSERT_EQ(times.size(), 1u) << r.output;
-  EXPECT_LT(times[0], 5.0);
+  expect_one_detection(r, 0.0, 5.0);
   EXPECT_EQ(left_behind(marker), "");
 }
 
@@ -173,10 +175,7 @@ TEST(Faults, StoppedRankTimesOutAnAllGather) {
                                                      "\\(float32\\) timed out after 2\\.[0-9]+ s on rank 0 of 2: rank 1 "
                                                      "\\(pid [0-9]+ on this machine\\) is stopped \\(SIGSTOP")))
       << r.output;
-  const auto times = detection_times(r.output);
-  ASSERT_EQ(times.size(), 1u) << r.output;
-  EXPECT_GE(times[0], 2.0);
-  EXPECT_LT(times[0], 4.0);
+  expect_one_detection(r, 2.0, 4.0);
   EXPECT_EQ(left_behind(marker), "");
 }
 

@@ -120,6 +120,23 @@ TEST(FsdpStrategy, OneRankEqualsDdpWithAndWithoutCheckpointingAndOffload) {
   expect_same(train_fsdp("fsdp", false, false, /*tied=*/true), train_fsdp("ddp", false, false, true));
 }
 
+// What a probe sees after each micro-batch's forward and after finish_gradients, over
+// train_fsdp's 4 steps (two forwards and a finish each): the units whole, and the gathers issued
+// at their use since the previous probe.
+struct GatherTrace {
+  std::vector<std::size_t> whole, at_use;
+};
+GatherTrace trace_gathers(bool checkpointing, std::size_t prefetch, bool reshard_after_forward) {
+  GatherTrace trace;
+  train_fsdp("fsdp", checkpointing, false, false, false,
+             [&](FsdpStrategy& s) {
+               trace.whole.push_back(s.gathered_units());
+               trace.at_use.push_back(s.take_gathers_at_use());
+             },
+             prefetch, reshard_after_forward);
+  return trace;
+}
+
 TEST(FsdpStrategy, LayersAreWholeOnlyAroundTheirUseAndPrefetched) {
   // The probe runs after each micro-batch's forward (the loss computed, backward not yet run) and
   // after finish_gradients. Without prefetch only the root unit is whole at both points, and each
@@ -129,13 +146,7 @@ TEST(FsdpStrategy, LayersAreWholeOnlyAroundTheirUseAndPrefetched) {
   for (bool checkpointing : {false, true}) {
     for (std::size_t prefetch : {0, 1, 2}) {
       SCOPED_TRACE(std::string(checkpointing ? "checkpointing" : "plain") + ", prefetch " + std::to_string(prefetch));
-      std::vector<std::size_t> whole, at_use;
-      train_fsdp("fsdp", checkpointing, false, false, false,
-                 [&](FsdpStrategy& s) {
-                   whole.push_back(s.gathered_units());
-                   at_use.push_back(s.take_gathers_at_use());
-                 },
-                 prefetch);
+      const auto [whole, at_use] = trace_gathers(checkpointing, prefetch, /*reshard_after_forward=*/true);
       ASSERT_EQ(whole.size(), 4u * 3);  // 4 steps: two forwards and a finish each
       for (std::size_t i = 0; i < whole.size(); ++i) {
         const bool after_forward = i % 3 != 2;
@@ -155,13 +166,7 @@ TEST(FsdpStrategy, WithoutReshardingAfterForwardEveryLayerStaysWholeUntilItsBack
   for (bool checkpointing : {false, true}) {
     for (std::size_t prefetch : {0, 1}) {
       SCOPED_TRACE(std::string(checkpointing ? "checkpointing" : "plain") + ", prefetch " + std::to_string(prefetch));
-      std::vector<std::size_t> whole, at_use;
-      train_fsdp("fsdp", checkpointing, false, false, false,
-                 [&](FsdpStrategy& s) {
-                   whole.push_back(s.gathered_units());
-                   at_use.push_back(s.take_gathers_at_use());
-                 },
-                 prefetch, /*reshard_after_forward=*/false);
+      const auto [whole, at_use] = trace_gathers(checkpointing, prefetch, /*reshard_after_forward=*/false);
       ASSERT_EQ(whole.size(), 4u * 3);
       for (std::size_t i = 0; i < whole.size(); ++i) {
         SCOPED_TRACE(i);
