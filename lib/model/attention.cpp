@@ -59,13 +59,16 @@ double lowest_of(c10::ScalarType dtype) {
   }
 }
 
-// Scores in the compute dtype (as HF's eager path), softmax in fp32.
+// Scores in the compute dtype (as HF's eager path), softmax in fp32. `fused` (training): the
+// scale, the bias and the softmax as one operation (fused_layer_ops.h).
 torch::Tensor eager_attention(const torch::Tensor& q, torch::Tensor k, torch::Tensor v, const torch::Tensor& bias,
-                              std::int64_t groups, std::int64_t head_dim) {
+                              std::int64_t groups, std::int64_t head_dim, bool fused) {
   k = repeat_kv(k, groups);
   v = repeat_kv(v, groups);
-  auto scores = torch::matmul(q, k.transpose(2, 3)) * (1.0 / std::sqrt(static_cast<double>(head_dim)));
-  auto probs = torch::softmax(scores.to(torch::kFloat) + bias, -1).to(q.scalar_type());
+  const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim));
+  const torch::Tensor products = torch::matmul(q, k.transpose(2, 3));
+  const torch::Tensor probs = fused ? fused_attention_softmax(products, bias, scale)
+                                    : torch::softmax((products * scale).to(torch::kFloat) + bias, -1).to(q.scalar_type());
   return torch::matmul(probs, v);  // [B,nh,T,hd]
 }
 
@@ -114,7 +117,7 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor
   if (cache != nullptr) std::tie(k, v) = cache->update(static_cast<std::size_t>(layer_index_), k, v);
   const std::int64_t groups = num_heads_ / num_kv_heads_;
   const torch::Tensor out = mask.kernel == AttentionKernel::kSdpa ? sdpa_attention(q, k, v, mask, groups)
-                                                                  : eager_attention(q, k, v, mask.bias, groups, head_dim_);
+                                                                  : eager_attention(q, k, v, mask.bias, groups, head_dim_, is_training());
   return o_proj(out.transpose(1, 2).reshape({b, t, num_heads_ * head_dim_}));
 }
 

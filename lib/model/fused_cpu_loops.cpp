@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "util/cpu_clones.h"
 
@@ -42,6 +43,18 @@ double dot(const float* __restrict a, const float* __restrict b, std::int64_t n)
   for (; i + kLanes <= n; i += kLanes)
     for (int j = 0; j < kLanes; ++j) acc[j] += static_cast<double>(a[i + j]) * static_cast<double>(b[i + j]);
   for (int j = 0; i < n; ++i, ++j) acc[j] += static_cast<double>(a[i]) * static_cast<double>(b[i]);
+  return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+}
+
+// Σ a[i] in 8 double lanes (a fixed order, as dot).
+FT_CPU_CLONES
+double sum(const float* __restrict a, std::int64_t n) {
+  constexpr int kLanes = 8;
+  double acc[kLanes] = {0, 0, 0, 0, 0, 0, 0, 0};
+  std::int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int j = 0; j < kLanes; ++j) acc[j] += static_cast<double>(a[i + j]);
+  for (int j = 0; i < n; ++i, ++j) acc[j] += static_cast<double>(a[i]);
   return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
 }
 
@@ -112,6 +125,48 @@ void rotary_row(const float* __restrict x, const float* __restrict cos, const fl
     for (std::int64_t i = 0; i < half; ++i) out[i] = x[i] * cos[i] + x[i + half] * sin[i + half];
     for (std::int64_t i = half; i < hd; ++i) out[i] = x[i] * cos[i] - x[i - half] * sin[i - half];
   }
+}
+
+FT_CPU_CLONES
+void attention_softmax_row(const float* __restrict s, const float* __restrict bias, float* __restrict p,
+                           std::int64_t n, float scale) {
+  // As the unfused chain: scores * scale, + bias (two roundings: no FMA contraction here), then
+  // softmax's max, exp(x - max), sum and multiplication by 1 / sum. The max in 16 lanes, so that
+  // the loop vectorizes (the maximum does not depend on the order).
+  constexpr int kLanes = 16;
+  float lane_max[kLanes];
+  for (float& m : lane_max) m = -std::numeric_limits<float>::infinity();
+  std::int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int j = 0; j < kLanes; ++j) {
+      const float x = s[i + j] * scale + bias[i + j];
+      p[i + j] = x;
+      lane_max[j] = lane_max[j] > x ? lane_max[j] : x;
+    }
+  for (int j = 0; i < n; ++i, ++j) {
+    const float x = s[i] * scale + bias[i];
+    p[i] = x;
+    lane_max[j] = lane_max[j] > x ? lane_max[j] : x;
+  }
+  float row_max = lane_max[0];
+  for (int j = 1; j < kLanes; ++j) row_max = row_max > lane_max[j] ? row_max : lane_max[j];
+  // Masked keys (bias = the lowest float) must weigh exactly 0, as with ATen's exp: vector_exp
+  // clamps at -87 to exp(-87) ≈ 1.6e-38, which normalization turns into denormals, and a matrix
+  // product over denormals runs tens of times slower.
+  for (i = 0; i < n; ++i) {
+    const float x = p[i] - row_max;
+    const float e = vector_exp(x);
+    p[i] = x < -87.0f ? 0.0f : e;
+  }
+  const float inverse = static_cast<float>(1.0 / sum(p, n));
+  for (i = 0; i < n; ++i) p[i] *= inverse;
+}
+
+FT_CPU_CLONES
+void attention_softmax_backward_row(const float* __restrict p, const float* __restrict dp, float* __restrict ds,
+                                    std::int64_t n, float scale) {
+  const float d = static_cast<float>(dot(p, dp, n));
+  for (std::int64_t i = 0; i < n; ++i) ds[i] = (p[i] * (dp[i] - d)) * scale;
 }
 
 }  // namespace ft::model::cpu

@@ -1,5 +1,5 @@
 // The raw fp32 CPU loops behind the fused layer operations (model/fused_layer_ops.h): RMSNorm,
-// SwiGLU and the rotary embedding, forward and backward, each one pass over its rows where the
+// SwiGLU, the rotary embedding and the attention's softmax, forward and backward, each one pass over its rows where the
 // unfused ATen chain makes several. Callers split rows across threads (at::parallel_for); these
 // run one range on one thread. No LibTorch here, so the file is built without the shared PCH and
 // with -fno-math-errno (the loops vectorize; see lib/CMakeLists.txt).
@@ -24,5 +24,11 @@ void swiglu_backward(const float* dy, const float* g, const float* u, float* dg,
 // One head's row of hd (even) elements: out = x * cos + rotate_half(x) * sin, rotate_half(x) =
 // cat(-x2, x1). With inverse, the transpose (the backward: rotation by -angle).
 void rotary_row(const float* x, const float* cos, const float* sin, float* out, std::int64_t hd, bool inverse);
+
+// One row of n attention scores: p = softmax(s * scale + bias), the sum of the exponentials in
+// double, p normalized by one reciprocal as ATen's softmax.
+void attention_softmax_row(const float* s, const float* bias, float* p, std::int64_t n, float scale);
+// Its backward: ds = (p * (dp - Σ dp·p)) * scale.
+void attention_softmax_backward_row(const float* p, const float* dp, float* ds, std::int64_t n, float scale);
 
 }  // namespace ft::model::cpu

@@ -1,6 +1,7 @@
 #include "model/fused_layer_ops.h"
 
 #include <ATen/Parallel.h>
+#include <ATen/record_function.h>
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -14,6 +15,9 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
+// A custom function's forward is no ATen operator: this names it in a profile (bench/profile_step.py).
+#define FT_PROFILED(name) RECORD_FUNCTION(name, std::vector<c10::IValue>())
+
 bool cpu_fp32(const at::Tensor& t) { return t.device().is_cpu() && t.scalar_type() == at::kFloat; }
 
 // Rows per task of the RMSNorm backward: each block sums its rows' weight gradient on its own,
@@ -22,6 +26,7 @@ constexpr std::int64_t kRowsPerBlock = 64;
 
 struct RmsNormFunction : torch::autograd::Function<RmsNormFunction> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x_in, const at::Tensor& weight, double eps) {
+    FT_PROFILED("ft::fused_rms_norm");
     const std::int64_t n = x_in.size(-1);
     at::Tensor x, y, rstd;
     if (cpu_fp32(x_in) && cpu_fp32(weight)) {
@@ -107,6 +112,7 @@ at::Tensor swiglu_of(const at::Tensor& gate, const at::Tensor& up) {
 
 struct SwigluFunction : torch::autograd::Function<SwigluFunction> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& gate_in, const at::Tensor& up_in) {
+    FT_PROFILED("ft::fused_swiglu");
     at::Tensor gate = gate_in, up = up_in;
     if (cpu_fp32(gate) && cpu_fp32(up) && gate.sizes() == up.sizes()) {
       gate = gate.contiguous();
@@ -172,6 +178,7 @@ at::Tensor rotate_rows(const at::Tensor& x_in, const at::Tensor& cos, const at::
 struct RotaryFunction : torch::autograd::Function<RotaryFunction> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& cos_in,
                             const at::Tensor& sin_in) {
+    FT_PROFILED("ft::fused_rotary");
     const at::Tensor cos = cos_in.contiguous(), sin = sin_in.contiguous();
     ctx->save_for_backward({cos, sin});
     if (cpu_fp32(x) && cpu_fp32(cos) && cpu_fp32(sin)) return rotate_rows(x, cos, sin, false);
@@ -194,7 +201,79 @@ struct RotaryFunction : torch::autograd::Function<RotaryFunction> {
   }
 };
 
+// Whether the raw loops take these scores and bias: fp32 on the CPU, the bias one row of S per
+// query for every head (make_attention_bias' shape).
+bool softmax_loops_apply(const at::Tensor& scores, const at::Tensor& bias) {
+  return cpu_fp32(scores) && cpu_fp32(bias) && scores.dim() == 4 && bias.dim() == 4 &&
+         (bias.size(0) == 1 || bias.size(0) == scores.size(0)) && bias.size(1) == 1 &&
+         bias.size(2) == scores.size(2) && bias.size(3) == scores.size(3);
+}
+
+struct AttentionSoftmaxFunction : torch::autograd::Function<AttentionSoftmaxFunction> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& scores_in, const at::Tensor& bias_in,
+                            double scale) {
+    FT_PROFILED("ft::fused_attention_softmax");
+    ctx->saved_data["scale"] = scale;
+    if (softmax_loops_apply(scores_in, bias_in)) {
+      const at::Tensor scores = scores_in.contiguous(), bias = bias_in.contiguous();
+      const std::int64_t batch = scores.size(0), heads = scores.size(1), t = scores.size(2), s = scores.size(3);
+      const std::int64_t bias_batch_stride = bias.size(0) == 1 ? 0 : t * s;
+      at::Tensor probs = at::empty_like(scores);
+      const float *sp = scores.data_ptr<float>(), *bp = bias.data_ptr<float>();
+      float* pp = probs.data_ptr<float>();
+      at::parallel_for(0, batch * heads * t, 16, [&](std::int64_t begin, std::int64_t end) {
+        for (std::int64_t row = begin; row < end; ++row) {
+          const std::int64_t b = row / (heads * t), q = row % t;
+          cpu::attention_softmax_row(sp + row * s, bp + b * bias_batch_stride + q * s, pp + row * s, s,
+                                     static_cast<float>(scale));
+        }
+      });
+      ctx->save_for_backward({probs});
+      return probs;
+    }
+    // The unfused chain's operations (eager_attention in model/attention.cpp): the scale in the
+    // scores' dtype, the bias and the softmax in fp32. One statement each, so that no temporary
+    // [B,H,T,S] tensor outlives its use (the same values as the unfused expression).
+    at::Tensor x = (scores_in * scale).to(at::kFloat);
+    x.add_(bias_in);
+    const at::Tensor probs32 = at::_softmax(x, -1, false);
+    x = at::Tensor();
+    ctx->save_for_backward({probs32});
+    return probs32.to(scores_in.scalar_type());
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const at::Tensor probs = ctx->get_saved_variables()[0];
+    const double scale = ctx->saved_data["scale"].toDouble();
+    const at::Tensor& dp = grads[0];
+    at::Tensor ds;
+    if (cpu_fp32(dp) && probs.is_contiguous()) {
+      const at::Tensor dpc = dp.contiguous();
+      const std::int64_t s = probs.size(-1), rows = probs.numel() / s;
+      ds = at::empty_like(probs);
+      const float *pp = probs.data_ptr<float>(), *dpp = dpc.data_ptr<float>();
+      float* dsp = ds.data_ptr<float>();
+      at::parallel_for(0, rows, 16, [&](std::int64_t begin, std::int64_t end) {
+        for (std::int64_t row = begin; row < end; ++row)
+          cpu::attention_softmax_backward_row(pp + row * s, dpp + row * s, dsp + row * s, s, static_cast<float>(scale));
+      });
+    } else {
+      // The unfused backward, operation for operation: softmax's in fp32, then the scale's in the
+      // scores' dtype (the dtype of the incoming gradient); each fp32 temporary freed once used.
+      at::Tensor ds32 = at::_softmax_backward_data(dp.to(at::kFloat), probs, -1, at::kFloat);
+      ds = ds32.to(dp.scalar_type());
+      ds32 = at::Tensor();
+      ds.mul_(scale);
+    }
+    return {ds, at::Tensor(), at::Tensor()};
+  }
+};
+
 }  // namespace
+
+at::Tensor fused_attention_softmax(const at::Tensor& scores, const at::Tensor& bias, double scale) {
+  return AttentionSoftmaxFunction::apply(scores, bias, scale);
+}
 
 at::Tensor fused_rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
   return RmsNormFunction::apply(x, weight, eps);

@@ -1,12 +1,14 @@
 // The fused layer operations (model/fused_layer_ops.h) against the ATen chains they replace, in
 // forward and backward: fp32 on the CPU (the raw loops) within 1e-6 of the largest entry, bf16
-// (the generic path) within bf16's rounding (SwiGLU's: the same bits); gradients for every
-// input, also a gradient that arrives non-contiguous, as the attention hands it to the rotary
-// embedding. The RMSNorm weight's gradient is the same bits with 1 and 2 threads. And the modules in training mode (fused)
-// against evaluation mode (unfused): a decoder layer with LoRA, its output and every gradient.
+// (the generic path) within bf16's rounding (SwiGLU's and the attention softmax's: the same
+// bits); gradients for every input, also a gradient that arrives non-contiguous, as the attention
+// hands it to the rotary embedding. The RMSNorm weight's gradient is the same bits with 1 and 2
+// threads. And the modules in training mode (fused) against evaluation mode (unfused): a decoder
+// layer with LoRA, its output and every gradient.
 //
 // Tolerance: each fused loop rounds the same operations in the same order as ATen except the sums
-// (RMSNorm's mean of squares and the backward's row dot products, in double here) and exp (a
+// (RMSNorm's mean of squares, softmax's sum of exponentials and the backwards' row dot products,
+// in double here) and exp (a
 // polynomial within about 1 ulp, as LibTorch's vectorized exp): a few fp32 roundings, 2^-24 ≈
 // 6e-8 each, relative to the largest entry. Measured: at most about 3e-7.
 #include <gtest/gtest.h>
@@ -14,6 +16,7 @@
 #include <ATen/Parallel.h>
 #include <torch/torch.h>
 
+#include "model/attention.h"
 #include "model/decoder_layer.h"
 #include "model/fused_layer_ops.h"
 #include "model/llama_model.h"
@@ -151,6 +154,38 @@ torch::Tensor unfused_lora(const torch::Tensor& x, const torch::Tensor& y, const
   const auto h = x.to(torch::kFloat);
   const auto delta = torch::nn::functional::linear(torch::nn::functional::linear(h, a), b);
   return (y + delta * scale).to(x.scalar_type());
+}
+
+// The attention's scale, bias and softmax: a causal bias shared by the batch, and one per row
+// with packed segments and padding (seg -1: a query that may attend to nothing gets a uniform
+// average, as unfused). bf16 runs the unfused chain's operations: the same bits.
+TEST(FusedLayerOps, AttentionSoftmaxEqualsScaleBiasSoftmax) {
+  torch::manual_seed(5);
+  const std::int64_t b = 2, heads = 3, t = 37;
+  const double scale = 1.0 / std::sqrt(48.0);
+  const auto segments = torch::tensor({0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2,
+                                       3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, -1, -1, -1, -1, -1}, torch::kLong);
+  const torch::Tensor packed = torch::stack({segments, torch::zeros({t}, torch::kLong)});
+  for (const torch::Tensor& bias : {make_attention_bias(t, 0, {}, torch::kCPU, torch::kFloat, 0),
+                                    make_attention_bias(t, 0, packed, torch::kCPU, torch::kFloat, 0)}) {
+    for (const auto dtype : {torch::kFloat, torch::kBFloat16}) {
+      const auto scores = (torch::randn({b, heads, t, t}) * 6).to(dtype);
+      const auto dy = torch::randn({b, heads, t, t}).to(dtype);
+      const std::string what = std::string("softmax, bias ") + (bias.size(0) == 1 ? "shared " : "per row ") +
+                               c10::toString(dtype);
+      expect_close([&](const auto& in) { return fused_attention_softmax(in[0], bias, scale); },
+                   [&](const auto& in) {
+                     return torch::softmax((in[0] * scale).to(torch::kFloat) + bias, -1).to(dtype);
+                   },
+                   {scores}, dy, dtype == torch::kFloat ? 1e-6 : 0.0, what);
+      // Masked keys weigh exactly 0 (not a denormal, which would slow the product with v), except
+      // in a padding query's row, where every key is masked.
+      const auto probs = fused_attention_softmax(scores, bias, scale).to(torch::kFloat);
+      const auto masked = (bias < -1).logical_and((bias > -1).any(-1, /*keepdim=*/true));
+      ASSERT_GT(masked.sum().item<std::int64_t>(), 0);
+      EXPECT_TRUE(probs.masked_select(masked.expand_as(probs)).eq(0).all().item<bool>()) << what;
+    }
+  }
 }
 
 TEST(FusedLayerOps, LoraBranchEqualsPeftsChain) {
