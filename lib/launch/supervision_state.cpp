@@ -68,15 +68,36 @@ Actions SupervisionState::rank_exited(int rank, int pid, int wait_status, Clock:
   const int code = exit_code_of(wait_status);
   if (code != 0) all_exited_0_ = false;
   // Only a failure of its own counts: a rank that dies of the stop ft_launch passed on does not.
-  if (code == 0 || failed_rank_ >= 0 || interrupted_ != 0 || phase_ != Phase::kRunning) return {};
+  if (code == 0 || interrupted_ != 0) return {};
+  if (failed_rank_ >= 0) return likelier_cause(rank, pid, wait_status, now);
+  if (phase_ != Phase::kRunning) return {};
   failed_rank_ = rank;
   failed_code_ = code;
+  failed_at_ = now;
+  failed_by_signal_ = WIFSIGNALED(wait_status);
   const std::string what = str("rank ", rank, " (pid ", pid, ") ", describe_wait_status(wait_status));
   if (running_ == 0) return {Action::say(what)};
   Actions actions = {Action::say(
       str(what, "; stopping the other ranks (SIGTERM, then SIGKILL after ", settings_.grace_s, " s)"))};
   for (Action& a : stop_all(SIGTERM, settings_.grace_s, now)) actions.push_back(std::move(a));
   return actions;
+}
+
+// A rank killed by a signal (not the SIGTERM ft_launch passed on) just after the first failure,
+// an error exit: the kill is the likelier cause. The peers of a killed rank see its connections
+// close within milliseconds and exit with an error, and one of them can be reaped before it: its
+// exit completes only once all its threads are gone.
+Actions SupervisionState::likelier_cause(int rank, int pid, int wait_status, Clock::time_point now) {
+  constexpr auto kWindow = std::chrono::seconds(1);
+  if (failed_by_signal_ || phase_ != Phase::kStopping || !WIFSIGNALED(wait_status) ||
+      WTERMSIG(wait_status) == SIGTERM || now - failed_at_ > kWindow) {
+    return {};
+  }
+  failed_rank_ = rank;
+  failed_code_ = exit_code_of(wait_status);
+  failed_by_signal_ = true;
+  return {Action::say(str("rank ", rank, " (pid ", pid, ") ", describe_wait_status(wait_status),
+                          " at about the same time: the likelier cause (ft_launch exits with ", failed_code_, ")"))};
 }
 
 Actions SupervisionState::signal_arrived(int signo, Clock::time_point now) {

@@ -11,7 +11,9 @@
 //
 // The exit code: after a signal, 0 when every rank exited 0 and none had to be killed, else
 // 128 + the signal; otherwise the first rank that failed on its own (exit code, or 128 + N for
-// signal N), 0 when none did. Only such a failure is restarted (--max-restarts).
+// signal N), 0 when none did. Only such a failure is restarted (--max-restarts). A rank killed by
+// a signal within a second after the first failure, an error exit, takes its place: the peers of
+// a killed rank exit with errors of their own, and may be reaped first.
 #pragma once
 
 #include <chrono>
@@ -88,6 +90,7 @@ class SupervisionState {
 
  private:
   Actions stop_all(int signo, double grace_s, Clock::time_point now);
+  Actions likelier_cause(int rank, int pid, int wait_status, Clock::time_point now);
   Actions kill_all();
 
   SupervisionSettings settings_;
@@ -97,6 +100,8 @@ class SupervisionState {
   Clock::time_point kill_at_{};
   int failed_rank_ = -1;  // the first rank that failed on its own (before any stop)
   int failed_code_ = 0;
+  Clock::time_point failed_at_{};
+  bool failed_by_signal_ = false;
   int interrupted_ = 0;   // the first signal ft_launch got, 0 when none
   bool all_exited_0_ = true;
 };

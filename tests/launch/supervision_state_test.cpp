@@ -78,6 +78,43 @@ TEST(SupervisionState, ARankKilledByASignalFailsWith128PlusIt) {
   EXPECT_EQ(s.all_ranks_gone(), Actions{Action::exit(128 + SIGKILL)});
 }
 
+// Rank 2 is killed; rank 3 sees its connection close, exits with an error, and is reaped first.
+TEST(SupervisionState, ARankKilledJustAfterAnotherFailedIsTheLikelierCause) {
+  SupervisionState s = make(4);
+  EXPECT_EQ(s.rank_exited(3, 103, exited(1), t0)[0], Action::say(stopping_message(3, "exited with code 1")));
+  EXPECT_EQ(s.rank_exited(2, 102, killed_by(SIGKILL), t0 + milliseconds(20)),
+            Actions{Action::say("rank 2 (pid 102) was killed by signal 9 (Killed) at about the same time: the "
+                                "likelier cause (ft_launch exits with 137)")});
+  // Ranks that die of the SIGTERM passed on, or of an error, change nothing.
+  EXPECT_EQ(s.rank_exited(0, 100, killed_by(SIGTERM), t0 + milliseconds(30)), kNothing);
+  EXPECT_EQ(s.rank_exited(1, 101, killed_by(SIGSEGV), t0 + milliseconds(40)), kNothing);  // the first kill stands
+  EXPECT_EQ(s.all_ranks_gone(), Actions{Action::exit(128 + SIGKILL)});
+}
+
+TEST(SupervisionState, AKillLongAfterTheFirstFailureOrAfterAKillIsNotItsCause) {
+  {
+    SupervisionState s = make(2);
+    s.rank_exited(1, 101, exited(1), t0);
+    EXPECT_EQ(s.rank_exited(0, 100, killed_by(SIGKILL), t0 + milliseconds(1001)), kNothing);
+    EXPECT_EQ(s.all_ranks_gone(), Actions{Action::exit(1)});
+  }
+  {
+    SupervisionState s = make(3);
+    s.rank_exited(1, 101, killed_by(SIGSEGV), t0);
+    EXPECT_EQ(s.rank_exited(0, 100, killed_by(SIGKILL), t0 + milliseconds(10)), kNothing);
+    s.rank_exited(2, 102, killed_by(SIGTERM), t0 + milliseconds(10));
+    EXPECT_EQ(s.all_ranks_gone(), Actions{Action::exit(128 + SIGSEGV)});
+  }
+  {  // SIGKILL that ft_launch sent when the grace period ran out
+    SupervisionState s = make(2);
+    s.rank_exited(1, 101, exited(1), t0);
+    s.time_passed(t0 + seconds(10));
+    EXPECT_EQ(s.phase(), Phase::kKilling);
+    EXPECT_EQ(s.rank_exited(0, 100, killed_by(SIGKILL), t0 + seconds(10)), kNothing);
+    EXPECT_EQ(s.all_ranks_gone(), Actions{Action::exit(1)});
+  }
+}
+
 TEST(SupervisionState, TheLastRankFailingStopsNobody) {
   SupervisionState s = make(2);
   EXPECT_EQ(s.rank_exited(0, 100, exited(0), t0), kNothing);
