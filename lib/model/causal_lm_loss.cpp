@@ -1,10 +1,13 @@
 #include "model/causal_lm_loss.h"
 
+#include <ATen/Parallel.h>
+#include <ATen/record_function.h>
 #include <torch/torch.h>
 
 #include <algorithm>
 #include <limits>
 
+#include "model/fused_cpu_loops.h"
 #include "model/llama_model.h"
 #include "util/error.h"
 
@@ -40,12 +43,31 @@ at::Tensor chunk_logits(const at::Tensor& h, const at::Tensor& weight) {
   return at::mm(h, weight.t()).to(at::kFloat);
 }
 
-// Turns a chunk's exp(x - max) (rows of `e`, in place) into softmax - one_hot(target): the
-// gradient of the rows' summed loss with respect to their logits.
-void softmax_minus_one_hot(at::Tensor& e, const at::Tensor& sum_exp, const at::Tensor& chunk_targets) {
-  e.mul_(sum_exp.reciprocal().unsqueeze(1));
-  const at::Tensor index = chunk_targets.unsqueeze(1);
-  e.scatter_(1, index, e.gather(1, index) - 1);
+// Each row's log-sum-exp of the fp32 logits x [rows,V] into lse [rows] (max + log(sum(exp(x -
+// max))), as log_softmax), and with `gradient` x turned in place into softmax - one_hot(target):
+// the gradient of the rows' summed loss with respect to their logits. No second [rows,V] buffer.
+// On the CPU one raw loop per row (model/fused_cpu_loops.h); elsewhere ATen's operations.
+// The targets are in [0, V): the caller's gather of the target logits checked them.
+void log_sum_exp(at::Tensor& x, at::Tensor& lse, const at::Tensor& targets, bool gradient) {
+  if (x.device().is_cpu() && x.is_contiguous() && lse.is_contiguous()) {
+    const at::Tensor t = targets.contiguous();
+    const std::int64_t v = x.size(1);
+    float *xp = x.data_ptr<float>(), *lp = lse.data_ptr<float>();
+    const std::int64_t* tp = t.data_ptr<std::int64_t>();
+    at::parallel_for(0, x.size(0), 4, [&](std::int64_t begin, std::int64_t end) {
+      for (std::int64_t row = begin; row < end; ++row) lp[row] = cpu::log_sum_exp_row(xp + row * v, v, tp[row], gradient);
+    });
+    return;
+  }
+  const at::Tensor row_max = at::amax(x, {1}, /*keepdim=*/true);
+  x.sub_(row_max).exp_();
+  const at::Tensor sum_exp = x.sum(1);
+  at::log_out(lse, sum_exp);
+  lse.add_(row_max.squeeze(1));
+  if (!gradient) return;
+  x.mul_(sum_exp.reciprocal().unsqueeze(1));
+  const at::Tensor index = targets.unsqueeze(1);
+  x.scatter_(1, index, x.gather(1, index) - 1);
 }
 
 // The head's gradient, chunk by chunk: the first chunk writes it (no pass to zero a [V,H] buffer
@@ -71,6 +93,7 @@ struct ChunkedHeadLoss : torch::autograd::Function<ChunkedHeadLoss> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& h, const at::Tensor& weight,
                             const at::Tensor& targets, std::int64_t chunk, bool grads_in_forward, bool need_h,
                             bool need_w) {
+    RECORD_FUNCTION("ft::chunked_head_loss", std::vector<c10::IValue>());  // named in profiles
     const std::int64_t n = h.size(0);
     at::Tensor lse = at::empty({n}, h.options().dtype(at::kFloat));
     at::Tensor losses = at::empty({n}, h.options().dtype(at::kFloat));
@@ -82,17 +105,12 @@ struct ChunkedHeadLoss : torch::autograd::Function<ChunkedHeadLoss> {
       const at::Tensor chunk_targets = targets.narrow(0, start, rows);
       at::Tensor x = chunk_logits(hc, weight);
       const at::Tensor target_logit = x.gather(1, chunk_targets.unsqueeze(1)).squeeze(1);
-      // log-sum-exp in place (no second [rows,V] buffer): max + log(sum(exp(x - max))), as log_softmax.
-      const at::Tensor row_max = at::amax(x, {1}, /*keepdim=*/true);
-      x.sub_(row_max).exp_();
-      const at::Tensor sum_exp = x.sum(1);
       at::Tensor l = lse.narrow(0, start, rows);
-      at::log_out(l, sum_exp);
-      l.add_(row_max.squeeze(1));
+      const bool gradients = grad_h.defined() || grad_w.defined();
+      log_sum_exp(x, l, chunk_targets, gradients);
       at::Tensor row_losses = losses.narrow(0, start, rows);
       at::sub_out(row_losses, l, target_logit);
-      if (grad_h.defined() || grad_w.defined()) {
-        softmax_minus_one_hot(x, sum_exp, chunk_targets);
+      if (gradients) {
         const at::Tensor dx = x.to(weight.scalar_type());
         x = at::Tensor();
         if (grad_h.defined()) {

@@ -1,5 +1,6 @@
 // The raw fp32 CPU loops behind the fused layer operations (model/fused_layer_ops.h): RMSNorm,
-// SwiGLU, the rotary embedding and the attention's softmax, forward and backward, each one pass over its rows where the
+// SwiGLU, the rotary embedding and the attention's softmax, forward and backward, and the
+// cross-entropy's log-sum-exp over a row of logits, each one pass over its rows where the
 // unfused ATen chain makes several. Callers split rows across threads (at::parallel_for); these
 // run one range on one thread. No LibTorch here, so the file is built without the shared PCH and
 // with -fno-math-errno (the loops vectorize; see lib/CMakeLists.txt).
@@ -30,5 +31,10 @@ void rotary_row(const float* x, const float* cos, const float* sin, float* out, 
 void attention_softmax_row(const float* s, const float* bias, float* p, std::int64_t n, float scale);
 // Its backward: ds = (p * (dp - Σ dp·p)) * scale.
 void attention_softmax_backward_row(const float* p, const float* dp, float* ds, std::int64_t n, float scale);
+
+// One row of n logits: returns log(Σ exp(x)) (as max + log(Σ exp(x - max)), the sum in double);
+// with `gradient`, x becomes softmax(x) - one_hot(target) in place (the gradient of the row's
+// loss with respect to its logits). Without, x is only read.
+float log_sum_exp_row(float* x, std::int64_t n, std::int64_t target, bool gradient);
 
 }  // namespace ft::model::cpu

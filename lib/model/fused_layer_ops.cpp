@@ -260,10 +260,11 @@ struct AttentionSoftmaxFunction : torch::autograd::Function<AttentionSoftmaxFunc
     } else {
       // The unfused backward, operation for operation: softmax's in fp32, then the scale's in the
       // scores' dtype (the dtype of the incoming gradient); each fp32 temporary freed once used.
+      // (Out of place: LibTorch 2's in-place multiplication of bf16 by a scalar rounds differently.)
       at::Tensor ds32 = at::_softmax_backward_data(dp.to(at::kFloat), probs, -1, at::kFloat);
-      ds = ds32.to(dp.scalar_type());
+      const at::Tensor unscaled = ds32.to(dp.scalar_type());
       ds32 = at::Tensor();
-      ds.mul_(scale);
+      ds = unscaled * scale;
     }
     return {ds, at::Tensor(), at::Tensor()};
   }
