@@ -50,8 +50,11 @@ double dot(const float* __restrict a, const float* __restrict b, std::int64_t n)
 // tens of times slower over denormals, and ATen's exp makes them for exponents below -87.
 inline float flush_denormal(float p) { return p < std::numeric_limits<float>::min() ? 0.0f : p; }
 
+// max(m, x), NaN when either is (as ATen's amax).
+inline float nan_max(float m, float x) { return (x > m || x != x) ? x : m; }
+
 // The largest of a[0..n) in 16 lanes, so that the loop vectorizes (a maximum does not depend on
-// the order).
+// the order); NaN when any element is.
 FT_CPU_CLONES
 float max_of(const float* __restrict a, std::int64_t n) {
   constexpr int kLanes = 16;
@@ -59,11 +62,17 @@ float max_of(const float* __restrict a, std::int64_t n) {
   for (float& m : lane_max) m = -std::numeric_limits<float>::infinity();
   std::int64_t i = 0;
   for (; i + kLanes <= n; i += kLanes)
-    for (int j = 0; j < kLanes; ++j) lane_max[j] = lane_max[j] > a[i + j] ? lane_max[j] : a[i + j];
-  for (int j = 0; i < n; ++i, ++j) lane_max[j] = lane_max[j] > a[i] ? lane_max[j] : a[i];
+    for (int j = 0; j < kLanes; ++j) lane_max[j] = nan_max(lane_max[j], a[i + j]);
+  for (int j = 0; i < n; ++i, ++j) lane_max[j] = nan_max(lane_max[j], a[i]);
   float m = lane_max[0];
-  for (int j = 1; j < kLanes; ++j) m = m > lane_max[j] ? m : lane_max[j];
+  for (int j = 1; j < kLanes; ++j) m = nan_max(m, lane_max[j]);
   return m;
+}
+
+// A row whose maximum is NaN or +inf: ATen's softmax and log-softmax make it all NaN (exp of
+// NaN or of inf - inf), where vector_exp would clamp those to finite values and hide them.
+void fill_nan(float* p, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) p[i] = std::numeric_limits<float>::quiet_NaN();
 }
 
 // Σ a[i] in 8 double lanes (a fixed order, as dot).
@@ -154,6 +163,7 @@ void attention_softmax_row(const float* __restrict s, const float* __restrict bi
   // softmax's max, exp(x - max), sum and multiplication by 1 / sum.
   for (std::int64_t i = 0; i < n; ++i) p[i] = s[i] * scale + bias[i];
   const float row_max = max_of(p, n);
+  if (!std::isfinite(row_max)) return fill_nan(p, n);
   for (std::int64_t i = 0; i < n; ++i) {
     const float x = p[i] - row_max;
     const float e = vector_exp(x);
@@ -176,6 +186,10 @@ float log_sum_exp_row(float* __restrict x, std::int64_t n, std::int64_t target, 
   // target), in three passes over the row instead of eight. (Computing exp again in the last
   // pass instead of storing it in the second is slower: 63 against 50 ms a step on the 100M bench.)
   const float row_max = max_of(x, n);
+  if (!std::isfinite(row_max)) {
+    if (gradient) fill_nan(x, n);
+    return std::numeric_limits<float>::quiet_NaN();
+  }
   constexpr int kLanes = 16;  // 16 floats: one AVX-512 register of exponentials
   double acc[kLanes] = {};
   std::int64_t i = 0;

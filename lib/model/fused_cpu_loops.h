@@ -27,14 +27,16 @@ void swiglu_backward(const float* dy, const float* g, const float* u, float* dg,
 void rotary_row(const float* x, const float* cos, const float* sin, float* out, std::int64_t hd, bool inverse);
 
 // One row of n attention scores: p = softmax(s * scale + bias), the sum of the exponentials in
-// double, p normalized by one reciprocal as ATen's softmax.
+// double, p normalized by one reciprocal as ATen's softmax. A row with a NaN or +inf is all NaN,
+// as ATen's.
 void attention_softmax_row(const float* s, const float* bias, float* p, std::int64_t n, float scale);
 // Its backward: ds = (p * (dp - Σ dp·p)) * scale.
 void attention_softmax_backward_row(const float* p, const float* dp, float* ds, std::int64_t n, float scale);
 
 // One row of n logits: returns log(Σ exp(x)) (as max + log(Σ exp(x - max)), the sum in double);
 // with `gradient`, x becomes softmax(x) - one_hot(target) in place (the gradient of the row's
-// loss with respect to its logits). Without, x is only read.
+// loss with respect to its logits). Without, x is only read. A NaN or +inf logit makes NaN of
+// both, as ATen's operations do.
 float log_sum_exp_row(float* x, std::int64_t n, std::int64_t target, bool gradient);
 
 }  // namespace ft::model::cpu

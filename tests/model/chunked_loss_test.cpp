@@ -13,6 +13,9 @@
 // bounds it with room (measured: about 1e-7).
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <limits>
+
 #include <torch/torch.h>
 
 #include "model/causal_lm_loss.h"
@@ -77,6 +80,24 @@ TEST(ChunkedLoss, EqualsTheFullLogitsLossAndGradientsInFp32) {
                 max_relative(r.grad_weight, ref.grad_weight));
     // Positions whose next label is ignored (and every row's last) get exactly zero.
     EXPECT_TRUE(r.grad_hidden.select(1, 28).eq(0).all().item<bool>());
+  }
+}
+
+// A NaN or an infinite hidden state makes NaN of its row's logits' log-sum-exp in both paths, so
+// the loss and the gradients it reaches are NaN: the trainer's checks must see it.
+TEST(ChunkedLoss, NanAndInfinityReachTheLossAndGradientsAsInThePlainPath) {
+  for (const float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
+    Inputs in = make_inputs(2, 9, 16, 301, 0.0);
+    in.hidden[0][3][5] = bad;
+    in.labels[0][4] = 7;
+    const Result ref = run(in.hidden, in.weight, in.labels, 0);
+    ASSERT_TRUE(std::isnan(ref.loss)) << bad;
+    for (const std::int64_t chunk : {1, 5, 1000}) {
+      const Result r = run(in.hidden, in.weight, in.labels, chunk);
+      EXPECT_TRUE(std::isnan(r.loss)) << bad << ", chunk " << chunk;
+      EXPECT_TRUE(torch::equal(r.grad_hidden.isnan(), ref.grad_hidden.isnan())) << bad << ", chunk " << chunk;
+      EXPECT_TRUE(torch::equal(r.grad_weight.isnan(), ref.grad_weight.isnan())) << bad << ", chunk " << chunk;
+    }
   }
 }
 

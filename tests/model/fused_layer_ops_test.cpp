@@ -14,6 +14,7 @@
 #include <gtest/gtest.h>
 
 #include <ATen/Parallel.h>
+#include <limits>
 #include <torch/torch.h>
 
 #include "model/attention.h"
@@ -186,6 +187,21 @@ TEST(FusedLayerOps, AttentionSoftmaxEqualsScaleBiasSoftmax) {
       EXPECT_TRUE(probs.masked_select(masked.expand_as(probs)).eq(0).all().item<bool>()) << what;
     }
   }
+}
+
+// A NaN or +inf score makes its row NaN, as ATen's softmax does (the raw loop's exp would clamp
+// them to finite values).
+TEST(FusedLayerOps, AttentionSoftmaxKeepsNanAndInfinityAsTheUnfusedChain) {
+  torch::manual_seed(6);
+  const auto scores = torch::randn({1, 2, 5, 5});
+  scores[0][0][1][2] = std::numeric_limits<float>::quiet_NaN();  // a masked key: NaN all the same
+  scores[0][1][3][0] = std::numeric_limits<float>::infinity();
+  const auto bias = make_attention_bias(5, 0, {}, torch::kCPU, torch::kFloat, 0);
+  const auto fused = fused_attention_softmax(scores, bias, 0.5);
+  const auto unfused = torch::softmax(scores * 0.5 + bias, -1);
+  EXPECT_EQ(unfused.isnan().sum().item<std::int64_t>(), 10);
+  EXPECT_TRUE(torch::equal(fused.isnan(), unfused.isnan()));
+  EXPECT_LT((fused - unfused).nan_to_num(0).abs().max().item<double>(), 1e-6);
 }
 
 TEST(FusedLayerOps, LoraBranchEqualsPeftsChain) {
