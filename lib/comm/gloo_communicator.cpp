@@ -83,17 +83,23 @@ struct Shared : CommunicatorState {
     for (const auto& work : works) {
       std::string error;
       bool timed_out = false;
-      try {
-        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-        work->wait(std::max(left, std::chrono::milliseconds(1)));
-      } catch (const std::exception& e) {
-        // A collective that gives up is not completed; a send or receive is, with Gloo's timeout
-        // as its exception: ours is the deadline that passed.
-        if (!work->isCompleted() || Clock::now() >= deadline) {
-          timed_out = true;
-        } else if (work->exception()) {
-          error = short_message(e);
-        }  // else it completed just as the wait gave up: fine
+      while (true) {
+        try {
+          // Rounded up, and waited again if woken early: the timeout is never reported before
+          // the deadline (a wait truncated to whole milliseconds used to end up to 1 ms short).
+          const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now());
+          work->wait(std::max(left, std::chrono::milliseconds(1)));
+        } catch (const std::exception& e) {
+          if (!work->isCompleted() && Clock::now() < deadline) continue;
+          // A collective that gives up is not completed; a send or receive is, with Gloo's timeout
+          // as its exception: ours is the deadline that passed.
+          if (!work->isCompleted() || Clock::now() >= deadline) {
+            timed_out = true;
+          } else if (work->exception()) {
+            error = short_message(e);
+          }  // else it completed just as the wait gave up: fine
+        }
+        break;
       }
       if (timed_out) fail(op, true, seconds_since(wait_start), "");
       if (!error.empty()) fail(op, false, seconds_since(issued_at), error);
